@@ -1,0 +1,91 @@
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "app/commands.h"
+#include "app/options.h"
+#include <fmt/format.h>
+
+#include "io/weight_store.h"
+
+namespace ditbatch {
+
+namespace {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000.0 && u < 4) bytes /= 1000.0, ++u;
+  return fmt::format("{:.{}f} {}", bytes, u == 0 ? 0 : 2, units[u]);
+}
+
+void print_config(const Config& config) {
+  for (auto it = config.json().begin(); it != config.json().end(); ++it) {
+    std::string value = it.value().dump();
+    if (value.size() > 100) value = value.substr(0, 97) + "...";
+    std::cout << "      " << it.key() << " = " << value << "\n";
+  }
+}
+
+}  // namespace
+
+int cmd_inspect(const std::vector<std::string>& args) {
+  std::string path;
+  bool list_tensors = false;
+  po::options_description desc("options");
+  desc.add_options()
+      ("file", po::value(&path)->required(), "the ditbatch .h5")
+      ("tensors", po::bool_switch(&list_tensors), "list every tensor with its dtype and shape");
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  if (!parse_options("inspect", "FILE.h5 [--tensors]", "Shows the components, configs and tensors of a weight file.",
+                     desc, &positional, args, vm))
+    return 0;
+  WeightStore store = WeightStore::open(path);
+  std::cout << path << " (" << human_bytes(static_cast<double>(std::filesystem::file_size(path))) << ")\n";
+  for (const char* attr : {"model_name", "source", "created_by", "pipeline_class", "checksum"})
+    std::cout << "  " << attr << ": " << store.root_string(attr, "-") << "\n";
+  std::cout << "  format_version: " << store.root_int("format_version") << "\n";
+  int64_t total_params = 0;
+  for (const auto& name : store.components()) {
+    Component comp = store.component(name);
+    std::vector<std::string> tensors = comp.tensor_names();
+    std::cout << "\n[" << name << "]\n";
+    std::cout << "    checksum: " << store.root_string("checksum." + name, "-") << "\n";
+    if (name == "tokenizer") {
+      for (const auto& file : tensors)
+        std::cout << "    file " << file << " (" << human_bytes(static_cast<double>(comp.tensor_info(file).shape[0]))
+                  << ")\n";
+      continue;
+    }
+    std::map<std::string, int64_t> by_dtype;
+    int64_t params = 0;
+    double bytes = 0;
+    for (const auto& t : tensors) {
+      h5::DatasetInfo info = comp.tensor_info(t);
+      const int64_t n = shape_numel(info.shape);
+      params += n;
+      bytes += static_cast<double>(n) * static_cast<double>(dtype_size(info.dtype));
+      ++by_dtype[std::string(dtype_name(info.dtype))];
+    }
+    total_params += params;
+    if (!tensors.empty()) {
+      std::cout << "    tensors: " << tensors.size() << ", parameters: " << params << " (" << fmt::format("{:.3f}", params / 1e9)
+                << " B), " << human_bytes(bytes) << ", dtypes:";
+      for (const auto& [dt, count] : by_dtype) std::cout << " " << dt << " x" << count;
+      std::cout << "\n";
+    }
+    std::cout << "    config:\n";
+    print_config(comp.config());
+    if (list_tensors)
+      for (const auto& t : tensors) {
+        h5::DatasetInfo info = comp.tensor_info(t);
+        std::cout << "    " << t << " " << dtype_name(info.dtype) << shape_str(info.shape) << "\n";
+      }
+  }
+  std::cout << "\ntotal parameters: " << total_params << "\n";
+  return 0;
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,24 @@
+#include "app/commands.h"
+#include "app/options.h"
+#include "model/tiny_pipeline.h"
+
+namespace ditbatch {
+
+int cmd_make_tiny(const std::vector<std::string>& args) {
+  TinyPipelineOptions opt;
+  po::options_description desc("options");
+  desc.add_options()
+      ("out", po::value(&opt.out)->required(), "the .h5 to write")
+      ("seed", po::value(&opt.seed)->default_value(0), "random seed (the same seed writes the same file)")
+      ("tokenizer", po::value(&opt.tokenizer_dir), "tokenizer folder to embed (default: weights/tokenizer)");
+  po::variables_map vm;
+  if (!parse_options("make-tiny", "--out FILE.h5 [--seed N]",
+                     "Writes a tiny random Qwen-Image pipeline: the real architecture with small dimensions and\n"
+                     "the real Qwen2.5-VL tokenizer. It draws noise-like pictures; it exists for tests and the demo.",
+                     desc, nullptr, args, vm))
+    return 0;
+  make_tiny_pipeline(opt, Log());
+  return 0;
+}
+
+}  // namespace ditbatch

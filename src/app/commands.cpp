@@ -1,0 +1,69 @@
+#include "app/commands.h"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+
+#include "core/error.h"
+
+namespace ditbatch {
+
+namespace {
+
+struct CommandInfo {
+  int (*run)(const std::vector<std::string>&);
+  const char* summary;
+};
+
+const std::map<std::string, CommandInfo>& commands() {
+  static const std::map<std::string, CommandInfo> table = {
+      {"convert", {cmd_convert, "turn a Hugging Face diffusers folder into a ditbatch .h5"}},
+      {"inspect", {cmd_inspect, "show what a ditbatch .h5 holds"}},
+      {"make-tiny", {cmd_make_tiny, "write a tiny random Qwen-Image pipeline (tests, demo)"}},
+  };
+  return table;
+}
+
+void print_usage() {
+  std::cout << "ditbatch " << DITBATCH_VERSION << " (" << DITBATCH_GIT_COMMIT
+            << "): batch text-to-image with Qwen-Image\n\nusage: ditbatch <command> [options]   (ditbatch <command> "
+               "--help for its options)\n\ncommands:\n";
+  for (const auto& [name, info] : commands()) std::printf("  %-12s %s\n", name.c_str(), info.summary);
+}
+
+}  // namespace
+
+int run_command_line(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage();
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage();
+    return 0;
+  }
+  if (name == "--version") {
+    std::cout << "ditbatch " << DITBATCH_VERSION << " " << DITBATCH_GIT_COMMIT << "\n";
+    return 0;
+  }
+  auto it = commands().find(name);
+  if (it == commands().end()) {
+    std::cerr << "ditbatch: unknown command '" << name << "'\n";
+    print_usage();
+    return 2;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    return it->second.run(args);
+  } catch (const InputError& e) {
+    std::cerr << "ditbatch " << name << ": error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ditbatch " << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,19 @@
+// Shared Boost.ProgramOptions plumbing for the sub-commands.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ditbatch {
+
+namespace po = boost::program_options;
+
+// Parses args against desc (and positionals); returns false if --help was printed.
+// Unknown options and bad values throw InputError naming the option.
+bool parse_options(const std::string& command, const std::string& synopsis, const std::string& about,
+                   po::options_description& desc, const po::positional_options_description* positional,
+                   const std::vector<std::string>& args, po::variables_map& vm);
+
+}  // namespace ditbatch

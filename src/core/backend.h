@@ -1,0 +1,96 @@
+// The Backend: every operation the models need, behind one interface. Model code is written
+// once against it; the CPU backend is the fp32 reference, the CUDA backend the fast path.
+//
+// Conventions (all backends):
+// - Tensors are dense row-major. "Rows" means all leading dims flattened, the last dim is the
+//   feature dim. Linear weights are stored [out, in] as in torch (y = x W^T + b).
+// - Activations use act_dtype(); residual streams ask for F32 explicitly. Weights use the
+//   dtype that upload_weight() chooses (F32 on the CPU, BF16 on a GPU).
+// - Ops ending in '_' update their first argument in place; the others return new tensors.
+// - Every op checks its shapes and fails with the op name and the shapes it got.
+#pragma once
+
+#include <string>
+
+#include "core/tensor.h"
+
+namespace ditbatch {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;        // "cpu", "cuda:0"
+  virtual Device device() const = 0;
+  virtual DType act_dtype() const = 0;          // activations between ops
+
+  // ---- memory ----
+  virtual Tensor empty(const Shape& shape, DType dtype) = 0;
+  // Copies a host tensor (any float dtype) to the backend, converting to dtype.
+  virtual Tensor upload(const Tensor& host, DType dtype) = 0;
+  // Weights: converted to the backend's weight dtype, kept for the life of the model.
+  virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Copies a backend tensor to a new host fp32 tensor (waits for pending work).
+  virtual Tensor to_host_f32(const Tensor& t) = 0;
+  // dst rows [row, row + src.rows) = src (same cols, any float dtypes: converts).
+  virtual void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) = 0;
+  // Waits until all queued work is done (no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  // ---- dense linear algebra ----
+  // y[M, N] = x[M, K] w[N, K]^T (+ bias[N]); out_dtype F32 keeps a residual-bound result exact.
+  virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) = 0;
+  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr) {
+    return linear(x, w, bias, act_dtype());
+  }
+  // 3x3 convolution, stride 1, zero padding 1, one image in NHWC:
+  // x [H, W, Cin], w [Cout, 3*3*Cin] in (ky, kx, cin) order, bias [Cout] -> [H, W, Cout].
+  virtual Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
+  // Scaled dot-product attention for one sequence:
+  // q [Lq, H, Dh], k and v [Lk, Hkv, Dh] with H % Hkv == 0 (GQA: head h reads kv head
+  // h / (H / Hkv)); causal masks key j > query i (requires Lq == Lk). -> [Lq, H, Dh].
+  virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                           bool causal) = 0;
+
+  // ---- normalisation (over the last dim, per row) ----
+  // RMSNorm: y = (x * 1/sqrt(mean(x^2) + eps)) * weight.
+  virtual Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) = 0;
+  // LayerNorm without affine, then modulation: y = LN(x) * (1 + scale) + shift.
+  // shift, scale: [cols] (one vector for every row).
+  virtual Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                                     float eps) = 0;
+  // The Wan-VAE RMS_norm: y = x / max(||x||_2, 1e-12) * sqrt(cols) * gamma.
+  virtual Tensor l2_norm_scale(const Tensor& x, const Tensor& gamma) = 0;
+
+  // ---- element-wise ----
+  virtual Tensor silu(const Tensor& x) = 0;
+  virtual Tensor gelu_tanh(const Tensor& x) = 0;
+  // silu(gate) * up (the SwiGLU of the text encoder's MLP).
+  virtual Tensor silu_mul(const Tensor& gate, const Tensor& up) = 0;
+  // x += y (same shape).
+  virtual void add_(Tensor& x, const Tensor& y) = 0;
+  // x += gate * y, gate [cols] broadcast over rows (the gated residual).
+  virtual void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) = 0;
+  virtual void clamp_(Tensor& x, float lo, float hi) = 0;
+
+  // ---- positions ----
+  // Interleaved-pair RoPE (complex multiply of (x[2m], x[2m+1]) by cos + i sin), in place.
+  // x [L, H, Dh]; cos, sin [L, Dh/2] (fp32).
+  virtual void rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
+  // NeoX RoPE: pairs (j, j + Dh/2). x [L, H, Dh]; cos, sin [L, Dh/2] (fp32).
+  virtual void rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
+
+  // ---- gathers and resampling ----
+  // out[i] = table[ids[i]]; ids i64 [L] on the host. -> [L, D] in f32 (a residual stream).
+  virtual Tensor embedding(const Tensor& table, const Tensor& ids) = 0;
+  // Nearest-neighbour x2 upsampling of one NHWC image: [H, W, C] -> [2H, 2W, C].
+  virtual Tensor upsample_nearest2x(const Tensor& x) = 0;
+
+  // ---- the sampler (fp32 tensors) ----
+  // True CFG of Qwen-Image, per row (token) r:
+  //   comb = neg + scale * (cond - neg);  out = comb * (||cond_r|| / ||comb_r||).
+  virtual Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) = 0;
+  // Euler step of the flow-matching scheduler: x = x + dt * v.
+  virtual void euler_step_(Tensor& x, const Tensor& v, float dt) = 0;
+};
+
+}  // namespace ditbatch

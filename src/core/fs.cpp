@@ -1,0 +1,77 @@
+#include "core/fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ditbatch {
+namespace fs = std::filesystem;
+
+std::string temp_path_for(const std::string& final_path) {
+  fs::path p(final_path);
+  fs::path dir = p.parent_path();
+  std::string name = "." + p.filename().string() + ".tmp." + std::to_string(::getpid());
+  return (dir.empty() ? fs::path(name) : dir / name).string();
+}
+
+namespace {
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) fail("{}: cannot open to fsync: {}", path, std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0 && !(directory && err == EINVAL)) fail("{}: fsync failed: {}", path, std::strerror(err));
+}
+}  // namespace
+
+void commit_file(const std::string& tmp_path, const std::string& final_path) {
+  fsync_path(tmp_path, false);
+  if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp_path.c_str());
+    fail("cannot rename {} to {}: {}", tmp_path, final_path, std::strerror(err));
+  }
+  fs::path dir = fs::path(final_path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::string tmp = temp_path_for(path);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail_input("{}: cannot create: {}", tmp, std::strerror(errno));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::remove(tmp.c_str());
+      fail("{}: write failed (disk full?)", path);
+    }
+  }
+  commit_file(tmp, path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input("{}: cannot open: {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail_input("{}: read error", path);
+  return ss.str();
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace ditbatch

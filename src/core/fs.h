@@ -1,0 +1,18 @@
+// Files that are never half-written: write to a temporary name in the same directory, fsync,
+// rename over the final name, fsync the directory.
+#pragma once
+
+#include <string>
+
+namespace ditbatch {
+
+// "<dir>/.<name>.tmp.<pid>": hidden, in the same directory (rename stays atomic), unique per process.
+std::string temp_path_for(const std::string& final_path);
+// fsync a file and the directory that holds it, then rename tmp -> final atomically.
+void commit_file(const std::string& tmp_path, const std::string& final_path);
+// Writes bytes atomically to path (temp + fsync + rename).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);  // throws InputError naming the path
+bool file_exists(const std::string& path);
+
+}  // namespace ditbatch

@@ -1,0 +1,499 @@
+#include "cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ditbatch {
+namespace {
+
+// Every op takes host fp32 tensors; a wrong one is a programming error worth a clear message.
+void expect_f32(const char* op, const Tensor& t, const char* what) {
+  DITBATCH_CHECK(t.defined() && t.device() == Device::Host && t.dtype() == DType::F32,
+                 "{}: {} must be a host f32 tensor, got {}", op, what,
+                 t.defined() ? t.describe() : "undefined");
+}
+
+void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+}
+
+// Parallelise only loops big enough to pay for the threads.
+constexpr int64_t kParallelMin = 1 << 14;
+
+float sigmoid_silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+// ---- memory --------------------------------------------------------------------------------
+
+Tensor CpuBackend::empty(const Shape& shape, DType dtype) { return Tensor::host(shape, dtype); }
+
+Tensor CpuBackend::upload(const Tensor& host, DType dtype) {
+  DITBATCH_CHECK(host.device() == Device::Host, "upload: {} is not a host tensor", host.describe());
+  if (!is_float(host.dtype()) || !is_float(dtype)) {
+    DITBATCH_CHECK(host.dtype() == dtype, "upload: cannot convert {} to {}", host.describe(),
+                   dtype_name(dtype));
+    return host.clone();
+  }
+  DITBATCH_CHECK(dtype == DType::F32, "cpu backend computes in f32, asked to upload as {}",
+                 dtype_name(dtype));
+  return host.to_f32();
+}
+
+Tensor CpuBackend::upload_weight(const Tensor& host) { return upload(host, DType::F32); }
+
+Tensor CpuBackend::to_host_f32(const Tensor& t) { return t.to_f32(); }
+
+void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
+  expect_f32("copy_rows_", dst, "dst");
+  expect_f32("copy_rows_", src, "src");
+  DITBATCH_CHECK(dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
+                 "copy_rows_: {} into rows [{}, {}) of {}", src.describe(), row, row + src.rows(),
+                 dst.describe());
+  std::memcpy(dst.data<float>() + row * dst.cols(), src.data<float>(), src.nbytes());
+}
+
+// ---- dense linear algebra ------------------------------------------------------------------
+
+Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
+  expect_f32("linear", x, "x");
+  expect_f32("linear", w, "w");
+  DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
+  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1), "linear: x {} and w {} (expected [.., K], [N, K])",
+                 x.describe(), w.describe());
+  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = Tensor::host(out_shape);
+  float* yp = y.data<float>();
+  if (M > 0 && N > 0) {
+    if (K == 0) {
+      std::fill(yp, yp + M * N, 0.0f);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N),
+                  static_cast<int>(K), 1.0f, x.data<float>(), static_cast<int>(K), w.data<float>(),
+                  static_cast<int>(K), 0.0f, yp, static_cast<int>(N));
+    }
+  }
+  if (bias) {
+    expect_f32("linear", *bias, "bias");
+    DITBATCH_CHECK(bias->numel() == N, "linear: bias {} for N = {}", bias->describe(), N);
+    const float* b = bias->data<float>();
+#pragma omp parallel for schedule(static) if (M * N > kParallelMin)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) yp[i * N + j] += b[j];
+  }
+  return y;
+}
+
+Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  expect_f32("conv2d_3x3", x, "x");
+  expect_f32("conv2d_3x3", w, "w");
+  expect_f32("conv2d_3x3", bias, "bias");
+  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
+                 "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}",
+                 x.describe(), w.describe(), bias.describe());
+  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0), K = 9 * Cin;
+  Tensor y = Tensor::host({H, W, Cout});
+  // im2col over a band of rows at a time keeps the column buffer near 64 MB at any size.
+  const int64_t band = std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, W * K), 1, H);
+  std::vector<float> col(static_cast<size_t>(band * W * K));
+  const float* xp = x.data<float>();
+  const float* b = bias.data<float>();
+  for (int64_t y0 = 0; y0 < H; y0 += band) {
+    const int64_t rows = std::min(band, H - y0);
+    const int64_t pixels = rows * W;
+#pragma omp parallel for schedule(static) if (pixels * K > kParallelMin)
+    for (int64_t p = 0; p < pixels; ++p) {
+      const int64_t oy = y0 + p / W, ox = p % W;
+      float* dst = col.data() + p * K;
+      for (int64_t ky = 0; ky < 3; ++ky) {
+        for (int64_t kx = 0; kx < 3; ++kx, dst += Cin) {
+          const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
+          if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+            std::fill(dst, dst + Cin, 0.0f);
+          else
+            std::memcpy(dst, xp + (iy * W + ix) * Cin, static_cast<size_t>(Cin) * sizeof(float));
+        }
+      }
+    }
+    float* out = y.data<float>() + y0 * W * Cout;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(pixels),
+                static_cast<int>(Cout), static_cast<int>(K), 1.0f, col.data(), static_cast<int>(K),
+                w.data<float>(), static_cast<int>(K), 0.0f, out, static_cast<int>(Cout));
+#pragma omp parallel for schedule(static) if (pixels * Cout > kParallelMin)
+    for (int64_t p = 0; p < pixels; ++p)
+      for (int64_t c = 0; c < Cout; ++c) out[p * Cout + c] += b[c];
+  }
+  return y;
+}
+
+// Blocked attention with an online softmax (FlashAttention's recurrence): memory stays
+// O(block x head_dim) per thread however long the sequence, e.g. the VAE mid-block at 1024^2
+// (16,384 tokens) never materialises its 1 GiB score matrix.
+Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                             bool causal) {
+  expect_f32("attention", q, "q");
+  expect_f32("attention", k, "k");
+  expect_f32("attention", v, "v");
+  DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) &&
+                     k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0,
+                 "attention: q {} k {} v {} (expected [Lq, H, Dh], [Lk, Hkv, Dh] with H % Hkv == 0)",
+                 q.describe(), k.describe(), v.describe());
+  DITBATCH_CHECK(!causal || q.dim(0) == k.dim(0), "attention: causal needs Lq == Lk, got {} and {}",
+                 q.dim(0), k.dim(0));
+  const int64_t Lq = q.dim(0), H = q.dim(1), Dh = q.dim(2), Lk = k.dim(0), Hkv = k.dim(1);
+  const int64_t group = H / Hkv;
+  constexpr int64_t BQ = 64, BK = 256;
+  const int64_t q_blocks = (Lq + BQ - 1) / BQ;
+  Tensor out = Tensor::host({Lq, H, Dh});
+  const float* qp = q.data<float>();
+  const float* kp = k.data<float>();
+  const float* vp = v.data<float>();
+  float* op = out.data<float>();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+#pragma omp parallel
+  {
+    std::vector<float> scores(BQ * BK), acc(BQ * Dh), row_max(BQ), row_sum(BQ);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < H * q_blocks; ++task) {
+      const int64_t h = task / q_blocks, q0 = (task % q_blocks) * BQ;
+      const int64_t nq = std::min(BQ, Lq - q0), g = h / group;
+      std::fill(row_max.begin(), row_max.end(), neg_inf);
+      std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const int64_t k_end = causal ? std::min(Lk, q0 + nq) : Lk;
+      for (int64_t k0 = 0; k0 < k_end; k0 += BK) {
+        const int64_t nk = std::min(BK, k_end - k0);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(nk),
+                    static_cast<int>(Dh), scale, qp + (q0 * H + h) * Dh, static_cast<int>(H * Dh),
+                    kp + (k0 * Hkv + g) * Dh, static_cast<int>(Hkv * Dh), 0.0f, scores.data(),
+                    static_cast<int>(BK));
+        for (int64_t i = 0; i < nq; ++i) {
+          float* s = scores.data() + i * BK;
+          const int64_t valid = causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, nk) : nk;
+          float block_max = neg_inf;
+          for (int64_t j = 0; j < valid; ++j) block_max = std::max(block_max, s[j]);
+          const float new_max = std::max(row_max[i], block_max);
+          if (new_max == neg_inf) {  // every key so far masked: nothing to add
+            std::fill(s, s + nk, 0.0f);
+            continue;
+          }
+          const float correction = std::exp(row_max[i] - new_max);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < valid; ++j) {
+            s[j] = std::exp(s[j] - new_max);
+            sum += s[j];
+          }
+          std::fill(s + valid, s + nk, 0.0f);
+          row_sum[i] = row_sum[i] * correction + sum;
+          row_max[i] = new_max;
+          if (correction != 1.0f)
+            for (int64_t d = 0; d < Dh; ++d) acc[i * Dh + d] *= correction;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), static_cast<int>(Dh),
+                    static_cast<int>(nk), 1.0f, scores.data(), static_cast<int>(BK),
+                    vp + (k0 * Hkv + g) * Dh, static_cast<int>(Hkv * Dh), 1.0f, acc.data(),
+                    static_cast<int>(Dh));
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        float* dst = op + ((q0 + i) * H + h) * Dh;
+        const float inv = row_sum[i] > 0.0f ? 1.0f / row_sum[i] : 0.0f;
+        for (int64_t d = 0; d < Dh; ++d) dst[d] = acc[i * Dh + d] * inv;
+      }
+    }
+  }
+  return out;
+}
+
+// ---- normalisation -------------------------------------------------------------------------
+
+Tensor CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+  expect_f32("rms_norm", x, "x");
+  expect_f32("rms_norm", weight, "weight");
+  DITBATCH_CHECK(weight.numel() == x.cols(), "rms_norm: x {} weight {}", x.describe(), weight.describe());
+  const int64_t R = x.rows(), C = x.cols();
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  const float* wp = weight.data<float>();
+  float* yp = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * C;
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += static_cast<double>(xr[c]) * xr[c];
+    const float variance = static_cast<float>(sum_sq / static_cast<double>(C));
+    const float inv_rms = 1.0f / std::sqrt(variance + eps);  // torch: rsqrt as 1/sqrt
+    for (int64_t c = 0; c < C; ++c) yp[r * C + c] = (xr[c] * inv_rms) * wp[c];
+  }
+  return y;
+}
+
+Tensor CpuBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                                       float eps) {
+  expect_f32("layer_norm_modulate", x, "x");
+  expect_f32("layer_norm_modulate", shift, "shift");
+  expect_f32("layer_norm_modulate", scale, "scale");
+  DITBATCH_CHECK(shift.numel() == x.cols() && scale.numel() == x.cols(),
+                 "layer_norm_modulate: x {} shift {} scale {}", x.describe(), shift.describe(),
+                 scale.describe());
+  const int64_t R = x.rows(), C = x.cols();
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  const float* sh = shift.data<float>();
+  const float* sc = scale.data<float>();
+  float* yp = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * C;
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += xr[c];
+    const double mean_d = sum / static_cast<double>(C);
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += (xr[c] - mean_d) * (xr[c] - mean_d);
+    const float mean = static_cast<float>(mean_d);
+    const float variance = static_cast<float>(sum_sq / static_cast<double>(C));
+    const float rstd = 1.0f / std::sqrt(variance + eps);
+    const float bias = -rstd * mean;  // torch: y = x * rstd + (-rstd * mean)
+    for (int64_t c = 0; c < C; ++c) {
+      const float normed = xr[c] * rstd + bias;
+      yp[r * C + c] = normed * (1.0f + sc[c]) + sh[c];
+    }
+  }
+  return y;
+}
+
+Tensor CpuBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
+  expect_f32("l2_norm_scale", x, "x");
+  expect_f32("l2_norm_scale", gamma, "gamma");
+  DITBATCH_CHECK(gamma.numel() == x.cols(), "l2_norm_scale: x {} gamma {}", x.describe(), gamma.describe());
+  const int64_t R = x.rows(), C = x.cols();
+  const float sqrt_c = static_cast<float>(std::sqrt(static_cast<double>(C)));  // python C**0.5 as f32
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  const float* gp = gamma.data<float>();
+  float* yp = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * C;
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += static_cast<double>(xr[c]) * xr[c];
+    const float norm = std::max(static_cast<float>(std::sqrt(sum_sq)), 1e-12f);
+    for (int64_t c = 0; c < C; ++c) yp[r * C + c] = ((xr[c] / norm) * sqrt_c) * gp[c];
+  }
+  return y;
+}
+
+// ---- element-wise --------------------------------------------------------------------------
+
+Tensor CpuBackend::silu(const Tensor& x) {
+  expect_f32("silu", x, "x");
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) yp[i] = sigmoid_silu(xp[i]);
+  return y;
+}
+
+Tensor CpuBackend::gelu_tanh(const Tensor& x) {
+  expect_f32("gelu_tanh", x, "x");
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = x.numel();
+  // The constants and operation order of torch's GELU(approximate="tanh").
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  const float kappa = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = xp[i];
+    const float inner = beta * (v + kappa * (v * v * v));
+    yp[i] = 0.5f * v * (1.0f + std::tanh(inner));
+  }
+  return y;
+}
+
+Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
+  expect_f32("silu_mul", gate, "gate");
+  expect_f32("silu_mul", up, "up");
+  expect_same_shape("silu_mul", gate, up);
+  Tensor y = Tensor::host(gate.shape());
+  const float* g = gate.data<float>();
+  const float* u = up.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = gate.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) yp[i] = sigmoid_silu(g[i]) * u[i];
+  return y;
+}
+
+void CpuBackend::add_(Tensor& x, const Tensor& y) {
+  expect_f32("add_", x, "x");
+  expect_f32("add_", y, "y");
+  expect_same_shape("add_", x, y);
+  float* xp = x.data<float>();
+  const float* yp = y.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] += yp[i];
+}
+
+void CpuBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
+  expect_f32("gated_add_", x, "x");
+  expect_f32("gated_add_", gate, "gate");
+  expect_f32("gated_add_", y, "y");
+  expect_same_shape("gated_add_", x, y);
+  DITBATCH_CHECK(gate.numel() == x.cols(), "gated_add_: x {} gate {}", x.describe(), gate.describe());
+  const int64_t R = x.rows(), C = x.cols();
+  float* xp = x.data<float>();
+  const float* g = gate.data<float>();
+  const float* yp = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) xp[r * C + c] += g[c] * yp[r * C + c];
+}
+
+void CpuBackend::clamp_(Tensor& x, float lo, float hi) {
+  expect_f32("clamp_", x, "x");
+  float* xp = x.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] = std::min(std::max(xp[i], lo), hi);
+}
+
+// ---- positions -----------------------------------------------------------------------------
+
+namespace {
+void check_rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  expect_f32(op, x, "x");
+  expect_f32(op, cos, "cos");
+  expect_f32(op, sin, "sin");
+  DITBATCH_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && cos.rank() == 2 && cos.shape() == sin.shape() &&
+                     cos.dim(0) == x.dim(0) && cos.dim(1) == x.dim(2) / 2,
+                 "{}: x {} (expected [L, H, Dh]) cos {} sin {} (expected [L, Dh/2])", op, x.describe(),
+                 cos.describe(), sin.describe());
+}
+}  // namespace
+
+void CpuBackend::rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_rope("rope_interleaved_", x, cos, sin);
+  const int64_t L = x.dim(0), H = x.dim(1), Dh = x.dim(2), half = Dh / 2;
+  float* xp = x.data<float>();
+  const float* cp = cos.data<float>();
+  const float* sp = sin.data<float>();
+#pragma omp parallel for schedule(static) if (L * H * Dh > kParallelMin)
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < H; ++h) {
+      float* v = xp + (l * H + h) * Dh;
+      for (int64_t m = 0; m < half; ++m) {
+        const float a = v[2 * m], b = v[2 * m + 1], c = cp[l * half + m], s = sp[l * half + m];
+        // complex64 multiply as torch does it: every product rounded, then one add/sub
+        const float ac = a * c, bs = b * s, as = a * s, bc = b * c;
+        v[2 * m] = ac - bs;
+        v[2 * m + 1] = as + bc;
+      }
+    }
+}
+
+void CpuBackend::rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_rope("rope_neox_", x, cos, sin);
+  const int64_t L = x.dim(0), H = x.dim(1), Dh = x.dim(2), half = Dh / 2;
+  float* xp = x.data<float>();
+  const float* cp = cos.data<float>();
+  const float* sp = sin.data<float>();
+#pragma omp parallel for schedule(static) if (L * H * Dh > kParallelMin)
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < H; ++h) {
+      float* v = xp + (l * H + h) * Dh;
+      for (int64_t j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half], c = cp[l * half + j], s = sp[l * half + j];
+        const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+        v[j] = ac - bs;
+        v[j + half] = bc + as;
+      }
+    }
+}
+
+// ---- gathers and resampling ----------------------------------------------------------------
+
+Tensor CpuBackend::embedding(const Tensor& table, const Tensor& ids) {
+  expect_f32("embedding", table, "table");
+  DITBATCH_CHECK(table.rank() == 2 && ids.rank() == 1 && ids.dtype() == DType::I64 &&
+                     ids.device() == Device::Host,
+                 "embedding: table {} (expected [V, D]) ids {} (expected host i64 [L])", table.describe(),
+                 ids.describe());
+  const int64_t L = ids.dim(0), V = table.dim(0), D = table.dim(1);
+  Tensor y = Tensor::host({L, D});
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < L; ++i) {
+    if (id[i] < 0 || id[i] >= V)
+      fail_input("token id {} at position {} is outside the embedding table of {} rows", id[i], i, V);
+    std::memcpy(y.data<float>() + i * D, table.data<float>() + id[i] * D, static_cast<size_t>(D) * 4);
+  }
+  return y;
+}
+
+Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
+  expect_f32("upsample_nearest2x", x, "x");
+  DITBATCH_CHECK(x.rank() == 3, "upsample_nearest2x: x {} (expected [H, W, C])", x.describe());
+  const int64_t H = x.dim(0), W = x.dim(1), C = x.dim(2);
+  Tensor y = Tensor::host({2 * H, 2 * W, C});
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+#pragma omp parallel for schedule(static) if (4 * H * W * C > kParallelMin)
+  for (int64_t oy = 0; oy < 2 * H; ++oy)
+    for (int64_t ox = 0; ox < 2 * W; ++ox)
+      std::memcpy(yp + (oy * 2 * W + ox) * C, xp + ((oy / 2) * W + ox / 2) * C,
+                  static_cast<size_t>(C) * sizeof(float));
+  return y;
+}
+
+// ---- the sampler ---------------------------------------------------------------------------
+
+Tensor CpuBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
+  expect_f32("cfg_combine", cond, "cond");
+  expect_f32("cfg_combine", neg, "neg");
+  expect_same_shape("cfg_combine", cond, neg);
+  const int64_t R = cond.rows(), C = cond.cols();
+  Tensor out = Tensor::host(cond.shape());
+  const float* cp = cond.data<float>();
+  const float* np = neg.data<float>();
+  float* op = out.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r) {
+    double cond_sq = 0.0, comb_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float n = np[r * C + c], v = cp[r * C + c];
+      const float comb = n + scale * (v - n);  // three rounded f32 ops, as in the pipeline
+      op[r * C + c] = comb;
+      cond_sq += static_cast<double>(v) * v;
+      comb_sq += static_cast<double>(comb) * comb;
+    }
+    const float ratio = static_cast<float>(std::sqrt(cond_sq)) / static_cast<float>(std::sqrt(comb_sq));
+    for (int64_t c = 0; c < C; ++c) op[r * C + c] *= ratio;
+  }
+  return out;
+}
+
+void CpuBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
+  expect_f32("euler_step_", x, "x");
+  expect_f32("euler_step_", v, "v");
+  expect_same_shape("euler_step_", x, v);
+  float* xp = x.data<float>();
+  const float* vp = v.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] + dt * vp[i];
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,51 @@
+// The CPU backend: the readable fp32 reference of every Backend op (OpenBLAS GEMMs, OpenMP
+// over rows and heads). Each output element is computed by one fixed sequence of operations,
+// whatever the thread count, so results do not depend on OMP_NUM_THREADS.
+#pragma once
+
+#include "core/backend.h"
+
+namespace ditbatch {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device::Host; }
+  DType act_dtype() const override { return DType::F32; }
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host, DType dtype) override;
+  Tensor upload_weight(const Tensor& host) override;
+  Tensor to_host_f32(const Tensor& t) override;
+  void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
+  void synchronize() override {}
+
+  using Backend::linear;
+  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) override;
+  Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                   bool causal) override;
+
+  Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
+  Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
+                             float eps) override;
+  Tensor l2_norm_scale(const Tensor& x, const Tensor& gamma) override;
+
+  Tensor silu(const Tensor& x) override;
+  Tensor gelu_tanh(const Tensor& x) override;
+  Tensor silu_mul(const Tensor& gate, const Tensor& up) override;
+  void add_(Tensor& x, const Tensor& y) override;
+  void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) override;
+  void clamp_(Tensor& x, float lo, float hi) override;
+
+  void rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
+  void rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
+
+  Tensor embedding(const Tensor& table, const Tensor& ids) override;
+  Tensor upsample_nearest2x(const Tensor& x) override;
+
+  Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) override;
+  void euler_step_(Tensor& x, const Tensor& v, float dt) override;
+};
+
+}  // namespace ditbatch

@@ -1,0 +1,37 @@
+// A model's configuration (the diffusers/transformers config.json) with typed accessors whose
+// errors name where the config came from and the key: "w.h5:/vae: config key 'z_dim' is missing".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ditbatch {
+
+class Config {
+ public:
+  Config() : json_(nlohmann::json::object()) {}
+  Config(nlohmann::json json, std::string where) : json_(std::move(json)), where_(std::move(where)) {}
+  // Parses a JSON text (errors name `where`).
+  static Config parse(const std::string& text, const std::string& where);
+
+  const nlohmann::json& json() const { return json_; }
+  const std::string& where() const { return where_; }
+  // Keys may be dotted to reach nested objects: "text_config.hidden_size".
+  bool has(const std::string& key) const;
+  int64_t get_int(const std::string& key) const;
+  double get_double(const std::string& key) const;
+  bool get_bool(const std::string& key) const;
+  std::string get_string(const std::string& key) const;
+  std::vector<int64_t> get_ints(const std::string& key) const;
+  std::vector<double> get_doubles(const std::string& key) const;
+
+ private:
+  const nlohmann::json* find(const std::string& key) const;
+  const nlohmann::json& lookup(const std::string& key) const;
+  nlohmann::json json_;
+  std::string where_;
+};
+
+}  // namespace ditbatch

@@ -1,0 +1,161 @@
+#include "io/convert.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/timer.h"
+#include "io/safetensors.h"
+#include "io/weight_store.h"
+#include "model/qwen_image_constants.h"
+
+namespace ditbatch {
+namespace fs = std::filesystem;
+
+bool is_unused_text_encoder_tensor(const std::string& name) {
+  return name.starts_with("visual.") || name.starts_with("model.visual.") || name.starts_with("lm_head.");
+}
+
+namespace {
+
+nlohmann::json parse_json_file(const std::string& path) {
+  if (!file_exists(path)) fail_input("{}: missing (expected in a diffusers pipeline folder)", path);
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON: {}", path, e.what());
+  }
+}
+
+struct ModelComponent {
+  std::string name, config_path, config_json;
+  SafetensorsSet tensors;
+};
+
+DType target_dtype(const std::string& option, DType stored) {
+  if (option == "keep") return stored;
+  if (option == "bf16") return DType::BF16;
+  if (option == "fp32" || option == "f32") return DType::F32;
+  if (option == "fp16" || option == "f16") return DType::F16;
+  fail_input("--dtype '{}' (expected keep, bf16, fp16 or fp32)", option);
+}
+
+}  // namespace
+
+ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
+  Stopwatch watch;
+  const fs::path root(opt.from);
+  if (!fs::is_directory(root)) fail_input("{}: not a directory (expected a diffusers pipeline folder)", opt.from);
+  target_dtype(opt.dtype, DType::F32);  // validates the option before any work
+
+  // ---- validate everything first: nothing is written for a folder that cannot convert ----
+  nlohmann::json index = parse_json_file((root / "model_index.json").string());
+  const std::string pipeline_class = index.value("_class_name", "");
+  if (pipeline_class != "QwenImagePipeline")
+    log.warn("{}/model_index.json: _class_name is '{}', expected QwenImagePipeline; converting anyway", opt.from,
+             pipeline_class);
+  std::vector<ModelComponent> models;
+  for (const char* name : {"transformer", "text_encoder", "vae"}) {
+    ModelComponent m;
+    m.name = name;
+    m.config_path = (root / name / "config.json").string();
+    parse_json_file(m.config_path);
+    m.config_json = read_file(m.config_path);
+    m.tensors = SafetensorsSet::open_dir((root / name).string());
+    for (const auto& item : m.tensors.items()) {
+      DType t = item.entry->dtype;
+      if (!is_float(t) && !(m.name == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name)))
+        fail_input("{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", item.file->path(),
+                   item.entry->name, dtype_name(t));
+    }
+    models.push_back(std::move(m));
+  }
+  const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();
+  parse_json_file(scheduler_config_path);
+  const fs::path tokenizer_dir = root / "tokenizer";
+  if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the tokenizer/ folder", opt.from);
+  std::vector<std::string> tokenizer_files;
+  for (const auto& e : fs::directory_iterator(tokenizer_dir))
+    if (e.is_regular_file()) tokenizer_files.push_back(e.path().filename().string());
+  std::sort(tokenizer_files.begin(), tokenizer_files.end());
+  bool has_vocab = file_exists((tokenizer_dir / "tokenizer.json").string()) ||
+                   (file_exists((tokenizer_dir / "vocab.json").string()) &&
+                    file_exists((tokenizer_dir / "merges.txt").string()));
+  if (!has_vocab) fail_input("{}: needs vocab.json + merges.txt (or tokenizer.json)", tokenizer_dir.string());
+
+  double total_bytes = 0;
+  int64_t total_tensors = 0;
+  for (const auto& m : models)
+    for (const auto& item : m.tensors.items())
+      if (!(m.name == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name))) {
+        total_bytes += static_cast<double>(item.entry->end - item.entry->begin);
+        ++total_tensors;
+      }
+  log.info("converting {} -> {}: {} tensors, {:.2f} GB, dtype {}", opt.from, opt.to, total_tensors, total_bytes / 1e9,
+           opt.dtype);
+
+  // ---- stream ----
+  ConvertStats stats;
+  WeightWriter writer(opt.to);
+  std::string model_name = opt.model_name;
+  if (model_name.empty()) model_name = index.value("_name_or_path", "");
+  if (model_name.empty()) model_name = fs::absolute(root).lexically_normal().filename().string();
+  if (model_name.empty()) model_name = fs::absolute(root).lexically_normal().parent_path().filename().string();
+  writer.set_root_attr("model_name", model_name);
+  writer.set_root_attr("source", fs::absolute(root).lexically_normal().string());
+  writer.set_root_attr("pipeline_class", pipeline_class);
+  writer.set_root_attr("prompt_template", std::string(kQwenImagePromptTemplate));
+  writer.set_root_attr("prompt_template_encode_start_idx", static_cast<int64_t>(kQwenImageDropIdx));
+
+  Stopwatch since_report;
+  std::vector<char> converted;
+  std::vector<float> as_f32;
+  for (const auto& m : models) {
+    writer.begin_component(m.name, m.config_json);
+    for (const auto& item : m.tensors.items()) {
+      const SafetensorsEntry& e = *item.entry;
+      if (m.name == "text_encoder" && is_unused_text_encoder_tensor(e.name)) {
+        ++stats.skipped;
+        continue;
+      }
+      const DType out = target_dtype(opt.dtype, e.dtype);
+      const void* src = item.file->data(e);
+      const size_t n = static_cast<size_t>(shape_numel(e.shape));
+      if (out == e.dtype) {
+        writer.add_tensor(e.name, e.shape, out, src);
+      } else {
+        as_f32.resize(n);
+        convert_to_f32(src, e.dtype, as_f32.data(), n);
+        converted.resize(n * dtype_size(out));
+        convert_from_f32(as_f32.data(), converted.data(), out, n);
+        writer.add_tensor(e.name, e.shape, out, converted.data());
+      }
+      item.file->release(e);
+      ++stats.tensors;
+      stats.bytes_read += static_cast<double>(e.end - e.begin);
+      stats.bytes_written += static_cast<double>(n * dtype_size(out));
+      if (since_report.seconds() > 2.0 || stats.tensors == total_tensors) {
+        log.info("  {}/{} tensors, {:.2f}/{:.2f} GB, {:.2f} GB/s", stats.tensors, total_tensors, stats.bytes_read / 1e9,
+                 total_bytes / 1e9, stats.bytes_read / 1e9 / std::max(1e-9, watch.seconds()));
+        since_report.restart();
+      }
+    }
+    writer.end_component();
+    // Large conversion buffers are not needed past the biggest tensor of a component.
+    std::vector<char>().swap(converted);
+    std::vector<float>().swap(as_f32);
+  }
+  writer.begin_component("tokenizer", "");
+  for (const auto& name : tokenizer_files) writer.add_file(name, read_file((tokenizer_dir / name).string()));
+  writer.end_component();
+  writer.begin_component("scheduler", read_file(scheduler_config_path));
+  writer.end_component();
+  writer.finish();
+  stats.seconds = watch.seconds();
+  log.info("wrote {} ({} tensors, {} skipped, {:.2f} GB in {:.1f} s)", opt.to, stats.tensors, stats.skipped,
+           stats.bytes_written / 1e9, stats.seconds);
+  return stats;
+}
+
+}  // namespace ditbatch

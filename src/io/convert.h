@@ -1,0 +1,29 @@
+// `ditbatch convert`: a Hugging Face diffusers folder (safetensors) -> one ditbatch .h5.
+#pragma once
+
+#include <string>
+
+#include "core/log.h"
+
+namespace ditbatch {
+
+struct ConvertOptions {
+  std::string from;        // the diffusers folder (model_index.json, transformer/, ...)
+  std::string to;          // the .h5 to write
+  std::string dtype = "keep";  // keep | bf16 | fp32 (| fp16)
+  std::string model_name;  // default: model_index.json's _name_or_path, else the folder name
+};
+
+struct ConvertStats {
+  int64_t tensors = 0, skipped = 0;
+  double bytes_read = 0, bytes_written = 0, seconds = 0;
+};
+
+// Validates the whole folder (configs, every safetensors header) before writing anything, then
+// streams tensor by tensor into a temporary file renamed to `to` at the end.
+ConvertStats convert_diffusers(const ConvertOptions& options, const Log& log);
+
+// True for text-encoder tensors a text-only pipeline never reads (vision tower, LM head).
+bool is_unused_text_encoder_tensor(const std::string& name);
+
+}  // namespace ditbatch

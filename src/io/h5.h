@@ -1,0 +1,114 @@
+// A thin RAII layer over the HDF5 C API: files, groups, typed attributes, contiguous datasets.
+// bf16 is stored as a 16-bit HDF5 float with bf16's layout (sign 15, exponent 7..14, mantissa
+// 0..6, bias 127), so h5ls/h5dump/h5py show it as a float. Errors name the file and the object.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ditbatch::h5 {
+
+// Owns one hid_t and closes it with the right H5?close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = H5I_INVALID_HID; }
+  Handle& operator=(Handle&& o) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t id() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+struct DatasetInfo {
+  Shape shape;
+  DType dtype;
+};
+
+// A group (or the root group) of an open file. `where` is "file.h5:/transformer" for messages.
+class Group {
+ public:
+  Group() = default;
+  Group(Handle handle, std::string file, std::string path)
+      : handle_(std::move(handle)), file_(std::move(file)), path_(std::move(path)) {}
+
+  const std::string& file() const { return file_; }
+  const std::string& path() const { return path_; }
+  std::string where(const std::string& child = "") const;
+  hid_t id() const { return handle_.id(); }
+
+  bool has(const std::string& name) const;  // a direct member (group or dataset)
+  bool has_group(const std::string& name) const;
+  bool has_dataset(const std::string& name) const;
+  std::vector<std::string> members() const;  // direct members, sorted
+  Group open_group(const std::string& name) const;
+  Group create_group(const std::string& name) const;
+
+  // Attributes.
+  bool has_attr(const std::string& name) const;
+  std::vector<std::string> attr_names() const;
+  void set_attr(const std::string& name, const std::string& value) const;
+  void set_attr(const std::string& name, const char* value) const { set_attr(name, std::string(value)); }
+  void set_attr(const std::string& name, int64_t value) const;
+  void set_attr(const std::string& name, double value) const;
+  void set_attr(const std::string& name, const std::vector<int64_t>& values) const;
+  void set_attr(const std::string& name, const std::vector<double>& values) const;
+  std::string attr_string(const std::string& name) const;
+  int64_t attr_int(const std::string& name) const;
+  double attr_double(const std::string& name) const;
+  std::vector<int64_t> attr_ints(const std::string& name) const;
+  std::vector<double> attr_doubles(const std::string& name) const;
+
+  // Datasets (contiguous). Writing a float dataset stores `data` as it is, in `dtype`.
+  void write_dataset(const std::string& name, const Shape& shape, DType dtype, const void* data) const;
+  void write_tensor(const std::string& name, const Tensor& host) const;
+  void write_bytes(const std::string& name, const std::string& bytes) const;
+  DatasetInfo dataset_info(const std::string& name) const;
+  // Reads the dataset's elements in their stored type into dst (dst holds numel * size bytes).
+  void read_dataset_raw(const std::string& name, void* dst) const;
+  // A host tensor in the stored dtype.
+  Tensor read_tensor(const std::string& name) const;
+  std::string read_bytes(const std::string& name) const;
+
+ private:
+  Handle handle_;
+  std::string file_;
+  std::string path_;
+};
+
+class File {
+ public:
+  // Opens for reading; a clear error if missing, not HDF5, truncated or corrupt.
+  static File open_read(const std::string& path);
+  // Creates (truncating) a file for writing.
+  static File create(const std::string& path);
+  Group root() const;
+  const std::string& path() const { return path_; }
+  void flush() const;
+  void close() { handle_.reset(); }
+
+ private:
+  Handle handle_;
+  std::string path_;
+};
+
+// The innermost message of the current HDF5 error stack ("" if none); clears the stack.
+std::string last_error();
+// The HDF5 type ditbatch stores for a dtype (bf16: the custom float described above).
+hid_t file_type(DType dtype);
+
+}  // namespace ditbatch::h5

@@ -1,0 +1,232 @@
+#include "io/weight_store.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace ditbatch {
+
+const std::vector<std::string>& pipeline_components() {
+  static const std::vector<std::string> names = {"transformer", "text_encoder", "vae", "tokenizer",
+                                                 "scheduler"};
+  return names;
+}
+
+std::vector<std::string> closest_names(const std::string& name, const std::vector<std::string>& candidates,
+                                       size_t count) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const auto& c : candidates) scored.emplace_back(distance(name, c), c);
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < std::min(count, scored.size()); ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+// ---- config attributes ---------------------------------------------------------------------
+
+namespace {
+
+void write_typed(const h5::Group& group, const std::string& key, const nlohmann::json& value) {
+  if (value.is_boolean()) {
+    group.set_attr(key, static_cast<int64_t>(value.get<bool>()));
+  } else if (value.is_number_integer()) {
+    group.set_attr(key, value.get<int64_t>());
+  } else if (value.is_number_float()) {
+    group.set_attr(key, value.get<double>());
+  } else if (value.is_string()) {
+    group.set_attr(key, value.get<std::string>());
+  } else if (value.is_array() && !value.empty()) {
+    bool all_int = std::all_of(value.begin(), value.end(), [](auto& v) { return v.is_number_integer() || v.is_boolean(); });
+    bool all_num = std::all_of(value.begin(), value.end(), [](auto& v) { return v.is_number() || v.is_boolean(); });
+    if (all_int) {
+      std::vector<int64_t> v;
+      for (auto& x : value) v.push_back(x.is_boolean() ? x.get<bool>() : x.get<int64_t>());
+      group.set_attr(key, v);
+    } else if (all_num) {
+      std::vector<double> v;
+      for (auto& x : value) v.push_back(x.is_boolean() ? x.get<bool>() : x.get<double>());
+      group.set_attr(key, v);
+    }
+  } else if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end(); ++it) write_typed(group, key + "." + it.key(), it.value());
+  }
+}
+
+}  // namespace
+
+void write_config_attributes(const h5::Group& group, const std::string& config_json) {
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(config_json);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: config is not valid JSON: {}", group.where(), e.what());
+  }
+  if (!config.is_object()) fail_input("{}: config must be a JSON object", group.where());
+  group.set_attr("config_json", config_json);
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    if (it.key() == "config_json") continue;
+    write_typed(group, it.key(), it.value());
+  }
+}
+
+// ---- Component -----------------------------------------------------------------------------
+
+Component::Component(h5::Group group, std::string name) : group_(std::move(group)), name_(std::move(name)) {
+  config_ = group_.has_attr("config_json") ? Config::parse(group_.attr_string("config_json"), group_.where())
+                                           : Config(nlohmann::json::object(), group_.where());
+}
+
+std::vector<std::string> Component::tensor_names() const {
+  std::vector<std::string> names;
+  for (const auto& m : group_.members())
+    if (group_.has_dataset(m)) names.push_back(m);
+  return names;
+}
+
+h5::DatasetInfo Component::tensor_info(const std::string& name) const {
+  if (!has_tensor(name)) {
+    auto near = closest_names(name, tensor_names());
+    fail_input("{}: missing tensor '{}' (closest: {})", where(), name,
+               near.empty() ? std::string("none; the component is empty") : fmt::format("{}", fmt::join(near, ", ")));
+  }
+  return group_.dataset_info(name);
+}
+
+Tensor Component::tensor(const std::string& name) const {
+  h5::DatasetInfo info = tensor_info(name);
+  if (!is_float(info.dtype))
+    fail_input("{}: tensor has dtype {}, expected f32, bf16 or f16", where(name), dtype_name(info.dtype));
+  return group_.read_tensor(name);
+}
+
+Tensor Component::tensor(const std::string& name, const Shape& expected, const std::string& why) const {
+  h5::DatasetInfo info = tensor_info(name);
+  if (info.shape != expected)
+    fail_input("{}: shape {} does not match the expected {}{}{}", where(name), shape_str(info.shape),
+               shape_str(expected), why.empty() ? "" : " from the config: ", why);
+  return tensor(name);
+}
+
+// ---- WeightStore ---------------------------------------------------------------------------
+
+WeightStore WeightStore::open(const std::string& path) {
+  WeightStore store;
+  store.file_ = std::make_shared<h5::File>(h5::File::open_read(path));
+  store.root_ = store.file_->root();
+  store.path_ = path;
+  if (!store.root_.has_attr("format_version"))
+    fail_input("{}: not a ditbatch weight file (no format_version attribute; convert a diffusers folder "
+               "with `ditbatch convert`)",
+               path);
+  int64_t version = store.root_.attr_int("format_version");
+  if (version != kWeightFormatVersion)
+    fail_input("{}: weight format version {} is not supported by this ditbatch (expected {})", path, version,
+               kWeightFormatVersion);
+  return store;
+}
+
+bool WeightStore::has_component(const std::string& name) const { return root_.has_group(name); }
+
+std::vector<std::string> WeightStore::components() const {
+  std::vector<std::string> out;
+  for (const auto& m : root_.members())
+    if (root_.has_group(m)) out.push_back(m);
+  return out;
+}
+
+Component WeightStore::component(const std::string& name) const {
+  if (!has_component(name)) {
+    auto present = components();
+    fail_input("{}: missing component '{}' (the file has: {})", path_, name,
+               present.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(present, ", ")));
+  }
+  return Component(root_.open_group(name), name);
+}
+
+std::string WeightStore::root_string(const std::string& attr, const std::string& fallback) const {
+  return root_.has_attr(attr) ? root_.attr_string(attr) : fallback;
+}
+
+// ---- WeightWriter --------------------------------------------------------------------------
+
+WeightWriter::WeightWriter(const std::string& final_path)
+    : final_path_(final_path), tmp_path_(temp_path_for(final_path)) {
+  file_ = std::make_unique<h5::File>(h5::File::create(tmp_path_));
+  root_ = file_->root();
+  root_.set_attr("format_version", kWeightFormatVersion);
+  root_.set_attr("created_by", std::string("ditbatch ") + DITBATCH_VERSION);
+}
+
+WeightWriter::~WeightWriter() {
+  if (!finished_) {
+    current_.reset();
+    root_ = h5::Group();
+    file_.reset();
+    std::remove(tmp_path_.c_str());
+  }
+}
+
+void WeightWriter::begin_component(const std::string& name, const std::string& config_json) {
+  DITBATCH_CHECK(!current_, "begin_component({}) inside component {}", name, current_name_);
+  current_ = root_.create_group(name);
+  current_name_ = name;
+  current_hash_ = std::make_unique<Sha256>();
+  if (!config_json.empty()) {
+    write_config_attributes(*current_, config_json);
+    current_hash_->update("config\n" + config_json + "\n");
+  }
+}
+
+void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType dtype, const void* data) {
+  DITBATCH_CHECK(current_, "add_tensor({}) outside a component", name);
+  current_->write_dataset(name, shape, dtype, data);
+  // The checksum covers what defines the tensor: name, dtype, shape and bytes.
+  current_hash_->update(fmt::format("{}\n{}\n{}\n", name, dtype_name(dtype), shape_str(shape)));
+  current_hash_->update(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+}
+
+void WeightWriter::add_file(const std::string& name, const std::string& bytes) {
+  DITBATCH_CHECK(current_, "add_file({}) outside a component", name);
+  current_->write_bytes(name, bytes);
+  current_hash_->update(fmt::format("{}\nfile\n{}\n", name, bytes.size()));
+  current_hash_->update(bytes);
+}
+
+void WeightWriter::end_component() {
+  DITBATCH_CHECK(current_, "end_component outside a component");
+  std::string checksum = current_hash_->hex();
+  root_.set_attr("checksum." + current_name_, checksum);
+  checksums_.emplace_back(current_name_, checksum);
+  current_.reset();
+  current_hash_.reset();
+}
+
+void WeightWriter::set_root_attr(const std::string& name, const std::string& value) { root_.set_attr(name, value); }
+void WeightWriter::set_root_attr(const std::string& name, int64_t value) { root_.set_attr(name, value); }
+
+void WeightWriter::finish() {
+  DITBATCH_CHECK(!current_, "finish inside component {}", current_name_);
+  Sha256 all;
+  for (const auto& [name, sum] : checksums_) all.update(name + ":" + sum + "\n");
+  root_.set_attr("checksum", all.hex());
+  root_ = h5::Group();
+  file_->flush();
+  file_->close();
+  commit_file(tmp_path_, final_path_);
+  finished_ = true;
+}
+
+}  // namespace ditbatch

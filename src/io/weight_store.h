@@ -1,0 +1,113 @@
+// The ditbatch weight file: one HDF5 file holds a whole pipeline.
+//
+//   /                 attrs: format_version, model_name, source, created_by,
+//                            checksum.<component> (sha256 of its tensors), checksum (of those),
+//                            prompt_template, prompt_template_encode_start_idx
+//   /transformer      attrs: config_json (the diffusers config.json verbatim) + one typed
+//   /text_encoder            attribute per numeric/bool/string config key (nested keys dotted:
+//   /vae                     "text_config.hidden_size"); one dataset per tensor, named by its
+//                            diffusers state-dict key, contiguous, f32/bf16/f16
+//   /tokenizer        the tokenizer files as u8 datasets (vocab.json, merges.txt, ...)
+//   /scheduler        attrs: config_json + typed attributes (no datasets)
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/sha256.h"
+#include "io/config.h"
+#include "io/h5.h"
+
+namespace ditbatch {
+
+constexpr int64_t kWeightFormatVersion = 1;
+// The components a pipeline file holds, in the order they are written.
+const std::vector<std::string>& pipeline_components();
+
+// One component group of an open weight file.
+class Component {
+ public:
+  Component(h5::Group group, std::string name);
+  const std::string& name() const { return name_; }
+  std::string where(const std::string& child = "") const { return group_.where(child); }
+  const h5::Group& group() const { return group_; }
+
+  // The diffusers config.json kept verbatim (empty for the tokenizer).
+  const Config& config() const { return config_; }
+
+  bool has_tensor(const std::string& name) const { return group_.has_dataset(name); }
+  std::vector<std::string> tensor_names() const;  // sorted
+  h5::DatasetInfo tensor_info(const std::string& name) const;
+  // A host tensor in its stored dtype. Missing: names the closest existing tensors.
+  Tensor tensor(const std::string& name) const;
+  // The same, but the shape must be `expected`; `why` says which config values imply it.
+  Tensor tensor(const std::string& name, const Shape& expected, const std::string& why = "") const;
+  std::string file_bytes(const std::string& name) const { return group_.read_bytes(name); }
+
+ private:
+  h5::Group group_;
+  std::string name_;
+  Config config_;
+};
+
+class WeightStore {
+ public:
+  // Opens and validates (HDF5, format version); clear errors otherwise.
+  static WeightStore open(const std::string& path);
+  const std::string& path() const { return path_; }
+  bool has_component(const std::string& name) const;
+  Component component(const std::string& name) const;  // missing: lists those present
+  std::vector<std::string> components() const;
+  std::string root_string(const std::string& attr, const std::string& fallback = "") const;
+  int64_t root_int(const std::string& attr) const { return root_.attr_int(attr); }
+  const h5::Group& root() const { return root_; }
+  std::string model_name() const { return root_string("model_name", "unknown"); }
+  std::string checksum() const { return root_string("checksum", ""); }
+
+ private:
+  std::shared_ptr<h5::File> file_;
+  h5::Group root_;
+  std::string path_;
+};
+
+// Writes a weight file: temp name, per-component checksums, fsync + rename at finish().
+// Destroyed without finish(): the temp file is removed, nothing is left half-written.
+class WeightWriter {
+ public:
+  explicit WeightWriter(const std::string& final_path);
+  ~WeightWriter();
+  WeightWriter(const WeightWriter&) = delete;
+  WeightWriter& operator=(const WeightWriter&) = delete;
+
+  void begin_component(const std::string& name, const std::string& config_json);
+  // Creates a dataset and writes it in one go (data holds numel * dtype_size bytes).
+  void add_tensor(const std::string& name, const Shape& shape, DType dtype, const void* data);
+  void add_file(const std::string& name, const std::string& bytes);
+  void end_component();
+  void set_root_attr(const std::string& name, const std::string& value);
+  void set_root_attr(const std::string& name, int64_t value);
+  void finish();
+  const std::string& temp_path() const { return tmp_path_; }
+
+ private:
+  std::string final_path_, tmp_path_;
+  std::unique_ptr<h5::File> file_;
+  h5::Group root_;
+  std::optional<h5::Group> current_;
+  std::string current_name_;
+  std::unique_ptr<Sha256> current_hash_;
+  std::vector<std::pair<std::string, std::string>> checksums_;
+  bool finished_ = false;
+};
+
+// Writes config_json plus one typed attribute per scalar/numeric-array key (nested keys dotted).
+void write_config_attributes(const h5::Group& group, const std::string& config_json);
+// The names in `candidates` closest to `name` (edit distance), best first.
+std::vector<std::string> closest_names(const std::string& name, const std::vector<std::string>& candidates,
+                                       size_t count = 3);
+
+}  // namespace ditbatch

@@ -1,0 +1,41 @@
+// FlowMatchEulerDiscreteScheduler as QwenImagePipeline configures and drives it (spec §2.4, §3),
+// reproducing every float32/float64 rounding so sigmas and timesteps are bit-exact.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/weight_store.h"
+
+namespace ditbatch {
+
+struct SchedulerConfig {
+  int64_t num_train_timesteps = 1000;
+  double shift = 1.0;
+  bool use_dynamic_shifting = true;
+  double base_shift = 0.5, max_shift = 0.9;
+  int64_t base_image_seq_len = 256, max_image_seq_len = 8192;
+  double shift_terminal = 0.02;  // 0: no stretch
+  std::string time_shift_type = "exponential";
+  static SchedulerConfig from(const Config& config);  // rejects branches ditbatch lacks
+  std::string describe() const;  // for PNG metadata: "FlowMatchEulerDiscrete(shift=..., ...)"
+};
+
+struct Schedule {
+  double mu = 0.0;               // the dynamic shift for this image size
+  std::vector<float> sigmas;     // N + 1 values, the last one 0
+  std::vector<float> timesteps;  // N values, sigma * 1000
+  int steps() const { return static_cast<int>(timesteps.size()); }
+  // The transformer's time input at step i: f32(timesteps[i] / 1000), not always == sigmas[i].
+  float model_time(int i) const { return timesteps[static_cast<size_t>(i)] / 1000.0f; }
+  // The Euler step's dt = sigmas[i+1] - sigmas[i] (float32).
+  float dt(int i) const { return sigmas[static_cast<size_t>(i) + 1] - sigmas[static_cast<size_t>(i)]; }
+};
+
+// diffusers' calculate_shift, in Python doubles (no clamping past max_image_seq_len).
+double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_seq_len, double base_shift,
+                       double max_shift);
+// np.linspace(1, 1/N, N) -> set_timesteps(N, sigmas, mu) for an image of `image_seq_len` tokens.
+Schedule make_schedule(const SchedulerConfig& config, int steps, int64_t image_seq_len);
+
+}  // namespace ditbatch

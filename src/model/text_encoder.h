@@ -1,0 +1,58 @@
+// The text-only path of Qwen2.5-VL's language model, as Qwen-Image's text encoder: spec
+// text-encoder.md §3. The output is hidden_states[-1]: the last layer after the final RMSNorm.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "io/weight_store.h"
+#include "model/weights.h"
+
+namespace ditbatch {
+
+struct TextEncoderConfig {
+  int64_t hidden_size = 3584;
+  int64_t num_hidden_layers = 28;
+  int64_t num_attention_heads = 28;
+  int64_t num_key_value_heads = 4;
+  int64_t head_dim = 128;
+  int64_t intermediate_size = 18944;
+  int64_t vocab_size = 152064;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1000000.0;
+  // transformers 4.x keeps the text keys at the top level, 5.x under "text_config".
+  static TextEncoderConfig from(const Config& config);
+};
+
+class QwenTextEncoder {
+ public:
+  // Accepts both the legacy "model.layers.*" and the newer "model.language_model.layers.*" names.
+  QwenTextEncoder(Backend& backend, const Component& component);
+  static std::vector<WeightSpec> weight_specs(const TextEncoderConfig& config, const std::string& prefix = "model.");
+  const TextEncoderConfig& config() const { return config_; }
+
+  // Called with (k, hidden) for k = 0 (the embeddings) and after each layer k = 1..num_layers.
+  using LayerHook = std::function<void(int64_t, const Tensor&)>;
+  // One sequence, positions 0..L-1, causal attention: -> [L, hidden] after the final norm.
+  Tensor encode(const std::vector<int64_t>& ids, const LayerHook& hook = nullptr);
+
+ private:
+  struct Layer {
+    Tensor input_layernorm, post_attention_layernorm;
+    Linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  };
+  struct Weights {
+    Tensor embed_tokens;  // [vocab, hidden]
+    std::vector<Layer> layers;
+    Tensor norm;
+  };
+  static void bind(WeightBinder& binder, Backend* be, const TextEncoderConfig& c, Weights& w);
+
+  Backend& be_;
+  TextEncoderConfig config_;
+  Weights w_;
+};
+
+}  // namespace ditbatch

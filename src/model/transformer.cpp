@@ -1,0 +1,256 @@
+#include "model/transformer.h"
+
+#include <sleef.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ditbatch {
+
+TransformerConfig TransformerConfig::from(const Config& comp) {
+  TransformerConfig c;
+  c.patch_size = comp.get_int("patch_size");
+  c.in_channels = comp.get_int("in_channels");
+  c.out_channels = comp.get_int("out_channels");
+  c.num_layers = comp.get_int("num_layers");
+  c.attention_head_dim = comp.get_int("attention_head_dim");
+  c.num_attention_heads = comp.get_int("num_attention_heads");
+  c.joint_attention_dim = comp.get_int("joint_attention_dim");
+  c.axes_dims_rope = comp.get_ints("axes_dims_rope");
+  if (comp.has("guidance_embeds") && comp.get_bool("guidance_embeds"))
+    fail_input("{}: guidance_embeds = true is not supported (Qwen-Image is not guidance-distilled)", comp.where());
+  for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
+    if (comp.has(key) && comp.get_bool(key))
+      fail_input("{}: {} = true is a Qwen-Image variant ditbatch does not implement", comp.where(), key);
+  if (c.patch_size != 2 || c.in_channels != 4 * c.out_channels)
+    fail_input("{}: patch_size {} and in_channels {} / out_channels {}: the Qwen-Image packing needs patch 2 and "
+               "in_channels = 4 * out_channels",
+               comp.where(), c.patch_size, c.in_channels, c.out_channels);
+  int64_t axes_sum = 0;
+  for (int64_t d : c.axes_dims_rope) {
+    if (d <= 0 || d % 2) fail_input("{}: axes_dims_rope entries must be positive and even", comp.where());
+    axes_sum += d;
+  }
+  if (c.axes_dims_rope.size() != 3 || axes_sum != c.attention_head_dim)
+    fail_input("{}: axes_dims_rope {} must be 3 axes summing to attention_head_dim {}", comp.where(),
+               shape_str(c.axes_dims_rope), c.attention_head_dim);
+  if (c.num_layers < 1 || c.num_attention_heads < 1)
+    fail_input("{}: num_layers {} and num_attention_heads {} must be positive", comp.where(), c.num_layers,
+               c.num_attention_heads);
+  return c;
+}
+
+void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerConfig& c, Weights& w) {
+  const int64_t D = c.inner_dim(), F = c.ff_dim(), J = c.joint_attention_dim, Dh = c.attention_head_dim;
+  const std::string d_why = fmt::format("D = num_attention_heads {} x attention_head_dim {} = {}",
+                                        c.num_attention_heads, c.attention_head_dim, D);
+  w.img_in = bind_linear(b, be, "img_in", D, c.in_channels, true, d_why + ", in_channels " + std::to_string(c.in_channels));
+  w.txt_norm = bind_vector(b, be, "txt_norm.weight", J, WeightInit::Gain, fmt::format("joint_attention_dim {}", J));
+  w.txt_in = bind_linear(b, be, "txt_in", D, J, true, d_why + fmt::format(", joint_attention_dim {}", J));
+  w.time_linear_1 = bind_linear(b, be, "time_text_embed.timestep_embedder.linear_1", D, TransformerConfig::kTimeProjDim,
+                                true, d_why + ", timestep projection 256");
+  w.time_linear_2 = bind_linear(b, be, "time_text_embed.timestep_embedder.linear_2", D, D, true, d_why);
+  w.blocks.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Block& k = w.blocks[static_cast<size_t>(i)];
+    const std::string p = fmt::format("transformer_blocks.{}.", i);
+    k.img_mod = bind_linear(b, be, p + "img_mod.1", 6 * D, D, true, d_why);
+    k.txt_mod = bind_linear(b, be, p + "txt_mod.1", 6 * D, D, true, d_why);
+    k.to_q = bind_linear(b, be, p + "attn.to_q", D, D, true, d_why);
+    k.to_k = bind_linear(b, be, p + "attn.to_k", D, D, true, d_why);
+    k.to_v = bind_linear(b, be, p + "attn.to_v", D, D, true, d_why);
+    k.add_q_proj = bind_linear(b, be, p + "attn.add_q_proj", D, D, true, d_why);
+    k.add_k_proj = bind_linear(b, be, p + "attn.add_k_proj", D, D, true, d_why);
+    k.add_v_proj = bind_linear(b, be, p + "attn.add_v_proj", D, D, true, d_why);
+    const std::string dh_why = fmt::format("attention_head_dim {}", Dh);
+    k.norm_q = bind_vector(b, be, p + "attn.norm_q.weight", Dh, WeightInit::Gain, dh_why);
+    k.norm_k = bind_vector(b, be, p + "attn.norm_k.weight", Dh, WeightInit::Gain, dh_why);
+    k.norm_added_q = bind_vector(b, be, p + "attn.norm_added_q.weight", Dh, WeightInit::Gain, dh_why);
+    k.norm_added_k = bind_vector(b, be, p + "attn.norm_added_k.weight", Dh, WeightInit::Gain, dh_why);
+    k.to_out = bind_linear(b, be, p + "attn.to_out.0", D, D, true, d_why);
+    k.to_add_out = bind_linear(b, be, p + "attn.to_add_out", D, D, true, d_why);
+    const std::string f_why = d_why + fmt::format(", feed-forward 4 x D = {}", F);
+    k.img_mlp_in = bind_linear(b, be, p + "img_mlp.net.0.proj", F, D, true, f_why);
+    k.img_mlp_out = bind_linear(b, be, p + "img_mlp.net.2", D, F, true, f_why);
+    k.txt_mlp_in = bind_linear(b, be, p + "txt_mlp.net.0.proj", F, D, true, f_why);
+    k.txt_mlp_out = bind_linear(b, be, p + "txt_mlp.net.2", D, F, true, f_why);
+  }
+  w.norm_out_linear = bind_linear(b, be, "norm_out.linear", 2 * D, D, true, d_why);
+  w.proj_out = bind_linear(b, be, "proj_out", c.out_dim(), D, true,
+                           d_why + fmt::format(", patch_size^2 x out_channels = {}", c.out_dim()));
+}
+
+QwenImageTransformer::QwenImageTransformer(Backend& backend, const Component& component)
+    : be_(backend), config_(TransformerConfig::from(component.config())) {
+  ComponentLoader loader(component);
+  bind(loader, &be_, config_, w_);
+}
+
+std::vector<WeightSpec> QwenImageTransformer::weight_specs(const TransformerConfig& config) {
+  SpecRecorder recorder;
+  Weights unused;
+  bind(recorder, nullptr, config, unused);
+  return recorder.specs;
+}
+
+TimestepConditioning QwenImageTransformer::condition(float tt) {
+  // Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0, scale=1000): every product is
+  // a float32 op, exp/sin/cos as torch's SLEEF u10 kernels compute them (spec §4.4).
+  constexpr int64_t half = TransformerConfig::kTimeProjDim / 2;
+  const float neg_log_period = static_cast<float>(-std::log(10000.0));
+  std::vector<float> proj(TransformerConfig::kTimeProjDim);
+  for (int64_t k = 0; k < half; ++k) {
+    const float exponent = (neg_log_period * static_cast<float>(k)) / static_cast<float>(half);
+    const float freq = Sleef_expf_u10(exponent);
+    const float arg = (tt * freq) * 1000.0f;
+    proj[static_cast<size_t>(k)] = Sleef_cosf_u10(arg);
+    proj[static_cast<size_t>(half + k)] = Sleef_sinf_u10(arg);
+  }
+  TimestepConditioning cond;
+  Tensor proj_dev = be_.upload(Tensor::host_f32({1, TransformerConfig::kTimeProjDim}, proj), be_.act_dtype());
+  Tensor hidden = be_.silu(w_.time_linear_1(be_, proj_dev));
+  cond.temb = w_.time_linear_2(be_, hidden, DType::F32);  // [1, D]
+  const int64_t D = config_.inner_dim();
+  Tensor act = be_.silu(cond.temb);
+  for (const Block& blk : w_.blocks) {
+    cond.img_mod.push_back(blk.img_mod(be_, act, DType::F32).view({6, D}));
+    cond.txt_mod.push_back(blk.txt_mod(be_, act, DType::F32).view({6, D}));
+  }
+  cond.norm_out = w_.norm_out_linear(be_, act, DType::F32).view({2, D});
+  cond.temb = cond.temb.view({D});
+  return cond;
+}
+
+void QwenImageTransformer::rope_tables(int64_t h, int64_t w, int64_t text_len, Tensor& img_cos, Tensor& img_sin,
+                                       Tensor& txt_cos, Tensor& txt_sin) const {
+  // QwenEmbedRope(theta 10000, axes_dims_rope, scale_rope=True), spec §4.5. Pair m of a head
+  // belongs to the frame axis, then height, then width; each axis has its own frequencies.
+  const int64_t half = config_.attention_head_dim / 2;
+  std::vector<float> omega;
+  std::vector<int> axis_of_pair;
+  for (int axis = 0; axis < 3; ++axis) {
+    const int64_t d = config_.axes_dims_rope[static_cast<size_t>(axis)];
+    for (int64_t k = 0; k < d / 2; ++k) {
+      const float exponent = static_cast<float>(2 * k) / static_cast<float>(d);
+      omega.push_back(1.0f / std::pow(TransformerConfig::kRopeTheta, exponent));
+      axis_of_pair.push_back(axis);
+    }
+  }
+  auto fill = [&](int64_t tokens, auto position_of) {
+    Tensor cos_t = Tensor::host({tokens, half}), sin_t = Tensor::host({tokens, half});
+    for (int64_t t = 0; t < tokens; ++t) {
+      const auto pos = position_of(t);
+      for (int64_t m = 0; m < half; ++m) {
+        // torch.polar: scalar glibc cosf/sinf of the float32 angle
+        const float angle = static_cast<float>(pos[axis_of_pair[static_cast<size_t>(m)]]) * omega[static_cast<size_t>(m)];
+        cos_t.data<float>()[t * half + m] = std::cos(angle);
+        sin_t.data<float>()[t * half + m] = std::sin(angle);
+      }
+    }
+    return std::pair{be_.upload(cos_t, DType::F32), be_.upload(sin_t, DType::F32)};
+  };
+  // Image positions are centred: rows -ceil(h/2) .. floor(h/2)-1, likewise columns; frame 0.
+  const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
+  std::tie(img_cos, img_sin) = fill(h * w, [&](int64_t t) {
+    return std::array<int64_t, 3>{0, t / w - h0, t % w - w0};
+  });
+  // Text token j sits at max(h/2, w/2) + j on all three axes.
+  const int64_t text_start = std::max(h / 2, w / 2);
+  std::tie(txt_cos, txt_sin) = fill(text_len, [&](int64_t t) {
+    return std::array<int64_t, 3>{text_start + t, text_start + t, text_start + t};
+  });
+}
+
+Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h,
+                                     int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
+  const TransformerConfig& c = config_;
+  const int64_t S = h * w, L = text.dim(0), D = c.inner_dim(), H = c.num_attention_heads,
+                Dh = c.attention_head_dim;
+  DITBATCH_CHECK(latents.rank() == 2 && latents.dim(0) == S && latents.dim(1) == c.in_channels,
+                 "transformer: latents {} for a {}x{} grid (expected [{}, {}])", latents.describe(), h, w, S,
+                 c.in_channels);
+  DITBATCH_CHECK(text.rank() == 2 && text.dim(1) == c.joint_attention_dim && 0 < text_valid && text_valid <= L,
+                 "transformer: text {} with {} valid tokens (expected [L, {}])", text.describe(), text_valid,
+                 c.joint_attention_dim);
+  DITBATCH_CHECK(cond.img_mod.size() == w_.blocks.size(), "transformer: conditioning for {} blocks, model has {}",
+                 cond.img_mod.size(), w_.blocks.size());
+  // 4096 positions each side of 0 in diffusers' tables; larger grids would index past them.
+  if (std::max(h, w) / 2 + L > 4096 || (std::max(h, w) + 1) / 2 > 4096)
+    fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L);
+
+  Tensor img_cos, img_sin, txt_cos, txt_sin;
+  rope_tables(h, w, L, img_cos, img_sin, txt_cos, txt_sin);
+
+  Tensor x = w_.img_in(be_, latents, DType::F32);                                      // [S, D] residual, f32
+  Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text, w_.txt_norm, c.eps), DType::F32);  // [L, D]
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+
+  // Per-head RMSNorm then RoPE: [tokens, D] -> [tokens, H, Dh]
+  auto qk = [&](const Tensor& proj, const Tensor& norm_weight, const Tensor& cos, const Tensor& sin) {
+    const int64_t tokens = proj.dim(0);
+    Tensor normed = be_.rms_norm(proj.view({tokens * H, Dh}), norm_weight, c.eps).view({tokens, H, Dh});
+    be_.rope_interleaved_(normed, cos, sin);
+    return normed;
+  };
+
+  for (size_t i = 0; i < w_.blocks.size(); ++i) {
+    const Block& blk = w_.blocks[i];
+    const Tensor& im = cond.img_mod[i];  // [6, D]
+    const Tensor& tm = cond.txt_mod[i];
+    auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
+
+    // ---- joint attention, text first ----
+    Tensor xm = be_.layer_norm_modulate(x, chunk(im, 0), chunk(im, 1), c.eps);         // [S, D]
+    Tensor cm = be_.layer_norm_modulate(c_stream, chunk(tm, 0), chunk(tm, 1), c.eps);  // [L, D]
+    Tensor q_img = qk(blk.to_q(be_, xm), blk.norm_q, img_cos, img_sin);                // [S, H, Dh]
+    Tensor k_img = qk(blk.to_k(be_, xm), blk.norm_k, img_cos, img_sin);
+    Tensor v_img = blk.to_v(be_, xm);                                                  // [S, D]
+    Tensor q_txt = qk(blk.add_q_proj(be_, cm), blk.norm_added_q, txt_cos, txt_sin);    // [L, H, Dh]
+    Tensor k_txt = qk(blk.add_k_proj(be_, cm), blk.norm_added_k, txt_cos, txt_sin);
+    Tensor v_txt = blk.add_v_proj(be_, cm);                                            // [L, D]
+
+    Tensor q = be_.empty({L + S, D}, be_.act_dtype());
+    be_.copy_rows_(q, 0, q_txt.view({L, D}));
+    be_.copy_rows_(q, L, q_img.view({S, D}));
+    // Masked (padding) text keys are left out: softmax over the rest is the masked softmax.
+    Tensor k = be_.empty({text_valid + S, D}, be_.act_dtype());
+    Tensor v = be_.empty({text_valid + S, D}, be_.act_dtype());
+    be_.copy_rows_(k, 0, k_txt.view({L, D}).slice0(0, text_valid));
+    be_.copy_rows_(k, text_valid, k_img.view({S, D}));
+    be_.copy_rows_(v, 0, v_txt.slice0(0, text_valid));
+    be_.copy_rows_(v, text_valid, v_img);
+    Tensor o = be_.attention(q.view({L + S, H, Dh}), k.view({text_valid + S, H, Dh}),
+                             v.view({text_valid + S, H, Dh}), scale, false)
+                   .view({L + S, D});
+    Tensor attn_txt = blk.to_add_out(be_, o.slice0(0, L), DType::F32);   // [L, D]
+    Tensor attn_img = blk.to_out(be_, o.slice0(L, L + S), DType::F32);   // [S, D]
+    be_.gated_add_(x, chunk(im, 2), attn_img);
+    be_.gated_add_(c_stream, chunk(tm, 2), attn_txt);
+
+    // ---- feed-forward (tanh-GELU), each stream with its own weights ----
+    Tensor x_ff = be_.layer_norm_modulate(x, chunk(im, 3), chunk(im, 4), c.eps);
+    be_.gated_add_(x, chunk(im, 5), blk.img_mlp_out(be_, be_.gelu_tanh(blk.img_mlp_in(be_, x_ff)), DType::F32));
+    Tensor c_ff = be_.layer_norm_modulate(c_stream, chunk(tm, 3), chunk(tm, 4), c.eps);
+    be_.gated_add_(c_stream, chunk(tm, 5),
+                   blk.txt_mlp_out(be_, be_.gelu_tanh(blk.txt_mlp_in(be_, c_ff)), DType::F32));
+    if (hook) hook(static_cast<int64_t>(i), c_stream, x);
+  }
+  // norm_out: AdaLayerNormContinuous with scale as the FIRST chunk, then proj_out.
+  Tensor final_scale = cond.norm_out.slice0(0, 1).view({D});
+  Tensor final_shift = cond.norm_out.slice0(1, 2).view({D});
+  return w_.proj_out(be_, be_.layer_norm_modulate(x, final_shift, final_scale, c.eps), DType::F32);  // [S, 64]
+}
+
+double QwenImageTransformer::forward_flops(const TransformerConfig& c, int64_t S, int64_t L) {
+  const double D = static_cast<double>(c.inner_dim()), F = static_cast<double>(c.ff_dim());
+  const double tokens = static_cast<double>(S + L);
+  const double per_block = 2.0 * tokens * (4.0 * D * D + 2.0 * D * F)  // q, k, v, out and the MLP, both streams
+                           + 2.0 * 2.0 * tokens * tokens * D;           // QK^T and PV over all heads
+  return static_cast<double>(c.num_layers) * per_block +
+         2.0 * (static_cast<double>(S) * static_cast<double>(c.in_channels) * D +
+                static_cast<double>(L) * static_cast<double>(c.joint_attention_dim) * D +
+                static_cast<double>(S) * D * static_cast<double>(c.out_dim()));
+}
+
+}  // namespace ditbatch

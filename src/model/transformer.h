@@ -1,0 +1,82 @@
+// QwenImageTransformer2DModel (the MMDiT), as diffusers computes it: spec qwen-image.md §4.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/backend.h"
+#include "io/weight_store.h"
+#include "model/weights.h"
+
+namespace ditbatch {
+
+struct TransformerConfig {
+  int64_t patch_size = 2;
+  int64_t in_channels = 64;
+  int64_t out_channels = 16;
+  int64_t num_layers = 60;
+  int64_t attention_head_dim = 128;
+  int64_t num_attention_heads = 24;
+  int64_t joint_attention_dim = 3584;
+  std::vector<int64_t> axes_dims_rope = {16, 56, 56};
+  float eps = 1e-6f;
+  static constexpr int64_t kTimeProjDim = 256;  // Timesteps(num_channels=256) in diffusers
+  static constexpr float kRopeTheta = 10000.0f;
+
+  int64_t inner_dim() const { return num_attention_heads * attention_head_dim; }
+  int64_t ff_dim() const { return 4 * inner_dim(); }  // FeedForward(mult=4)
+  int64_t out_dim() const { return patch_size * patch_size * out_channels; }
+  static TransformerConfig from(const Config& config);  // validates
+};
+
+// Work that depends only on the timestep: computed once per step, shared by the cond and
+// negative passes (and by every image of a batch with the same step).
+struct TimestepConditioning {
+  Tensor temb;                     // [D]
+  std::vector<Tensor> img_mod;     // per block [6, D]: shift1, scale1, gate1, shift2, scale2, gate2
+  std::vector<Tensor> txt_mod;     // per block [6, D]
+  Tensor norm_out;                 // [2, D]: scale, shift (scale first)
+};
+
+class QwenImageTransformer {
+ public:
+  // Loads from the /transformer component of a weight file.
+  QwenImageTransformer(Backend& backend, const Component& component);
+  // The tensors a model with this config holds (for make-tiny and checks).
+  static std::vector<WeightSpec> weight_specs(const TransformerConfig& config);
+
+  const TransformerConfig& config() const { return config_; }
+  // tt = f32(t / 1000), as the pipeline passes it.
+  TimestepConditioning condition(float tt);
+  // Called after each block with (block index, text stream [L, D], image stream [S, D]).
+  using BlockHook = std::function<void(int64_t, const Tensor&, const Tensor&)>;
+  // One sample: latents [S, 64] packed (S = h * w), text [L, J] of which the first
+  // text_valid tokens are real (the rest is padding: masked as keys). -> velocity [S, 64].
+  Tensor forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h, int64_t w,
+                 const TimestepConditioning& cond, const BlockHook& hook = nullptr);
+  // Multiply-adds of one forward (for GFLOP/s and MFU), excluding elementwise work.
+  static double forward_flops(const TransformerConfig& config, int64_t image_tokens, int64_t text_tokens);
+
+ private:
+  struct Block {
+    Linear img_mod, txt_mod;
+    Linear to_q, to_k, to_v, add_q_proj, add_k_proj, add_v_proj, to_out, to_add_out;
+    Tensor norm_q, norm_k, norm_added_q, norm_added_k;
+    Linear img_mlp_in, img_mlp_out, txt_mlp_in, txt_mlp_out;
+  };
+  struct Weights {
+    Linear img_in, txt_in, time_linear_1, time_linear_2, norm_out_linear, proj_out;
+    Tensor txt_norm;
+    std::vector<Block> blocks;
+  };
+  static void bind(WeightBinder& binder, Backend* be, const TransformerConfig& c, Weights& w);
+  // cos/sin tables [tokens, Dh/2] for the image grid and the text tokens (§4.5).
+  void rope_tables(int64_t h, int64_t w, int64_t text_len, Tensor& img_cos, Tensor& img_sin, Tensor& txt_cos,
+                   Tensor& txt_sin) const;
+
+  Backend& be_;
+  TransformerConfig config_;
+  Weights w_;
+};
+
+}  // namespace ditbatch

@@ -1,0 +1,74 @@
+// The decoder of AutoencoderKLQwenImage (a Wan-VAE) for single images: spec qwen-image.md §5.
+// Activations are NHWC ([H, W, C], one image): a 3x3 conv is then an im2col GEMM, the RMS
+// norm over channels is a row op and the mid-block attention reads pixels as tokens.
+#pragma once
+
+#include <vector>
+
+#include "core/backend.h"
+#include "io/weight_store.h"
+#include "model/weights.h"
+
+namespace ditbatch {
+
+struct VaeConfig {
+  int64_t base_dim = 96;
+  int64_t z_dim = 16;
+  std::vector<int64_t> dim_mult = {1, 2, 4, 4};
+  int64_t num_res_blocks = 2;
+  std::vector<int64_t> temperal_downsample = {0, 1, 1};  // bools
+  std::vector<float> latents_mean, latents_std;           // [z_dim] each
+  static VaeConfig from(const Config& config);
+
+  // Channel widths of the decoder: [base*mult[-1]] + [base*m for m in reversed(mult)].
+  std::vector<int64_t> decoder_dims() const;
+  int64_t spatial_scale() const { return int64_t{1} << temperal_downsample.size(); }  // 8
+};
+
+class VaeDecoder {
+ public:
+  VaeDecoder(Backend& backend, const Component& component);
+  static std::vector<WeightSpec> weight_specs(const VaeConfig& config);
+  const VaeConfig& config() const { return config_; }
+
+  // z: the de-normalised latent of one image [z_dim, h, w] on the host (diffusers' layout,
+  // frame axis dropped). Returns the decoded image [8h, 8w, 3] (backend tensor), clamped to [-1, 1].
+  Tensor decode(const Tensor& z);
+  // latents [z_dim, h, w] as the sampler leaves them -> z = latents / (1/std) + mean (spec §2.6).
+  Tensor denormalize(const Tensor& latents) const;
+
+ private:
+  struct Conv {  // a 3x3 conv as [Cout, 9*Cin] in (ky, kx, cin) order, or a 1x1 conv as [Cout, Cin]
+    Tensor weight, bias;
+  };
+  struct ResBlock {
+    Tensor norm1, norm2;  // gamma [C]
+    Conv conv1, conv2;
+    bool has_shortcut = false;
+    Conv shortcut;
+  };
+  struct UpBlock {
+    std::vector<ResBlock> resnets;
+    bool has_upsampler = false;
+    Conv upsample_conv;
+  };
+  struct Weights {
+    Conv post_quant_conv, conv_in, conv_out;
+    ResBlock mid0, mid1;
+    Tensor attn_norm;
+    Conv attn_q, attn_k, attn_v, attn_proj;  // to_qkv split into its channel thirds
+    std::vector<UpBlock> up_blocks;
+    Tensor norm_out;
+  };
+  static void bind(WeightBinder& binder, Backend* be, const VaeConfig& c, Weights& w);
+  Tensor residual(const ResBlock& blk, const Tensor& x);
+  Tensor conv3x3(const Conv& conv, const Tensor& x);
+  Tensor conv1x1(const Conv& conv, const Tensor& x);
+  Tensor mid_attention(const Tensor& x);
+
+  Backend& be_;
+  VaeConfig config_;
+  Weights w_;
+};
+
+}  // namespace ditbatch

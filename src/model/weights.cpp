@@ -1,0 +1,23 @@
+#include "model/weights.h"
+
+namespace ditbatch {
+
+Tensor upload_bound(Backend* be, const Tensor& host) {
+  if (!host.defined() || !be) return host;
+  return be->upload_weight(host);
+}
+
+Linear bind_linear(WeightBinder& binder, Backend* be, const std::string& name, int64_t out, int64_t in,
+                   bool with_bias, const std::string& why) {
+  Linear l;
+  l.weight = upload_bound(be, binder.bind(name + ".weight", {out, in}, WeightInit::Matrix, why));
+  if (with_bias) l.bias = upload_bound(be, binder.bind(name + ".bias", {out}, WeightInit::Bias, why));
+  return l;
+}
+
+Tensor bind_vector(WeightBinder& binder, Backend* be, const std::string& name, int64_t n, WeightInit init,
+                   const std::string& why) {
+  return upload_bound(be, binder.bind(name, {n}, init, why));
+}
+
+}  // namespace ditbatch

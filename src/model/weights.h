@@ -1,0 +1,79 @@
+// Binding a model's weights by their diffusers/transformers names.
+//
+// Each model lists its tensors once, in a bind function that asks a WeightBinder for every
+// (name, shape). Loading binds from a weight-file component (shape checked, with the config
+// values that imply it); make-tiny binds with a recorder that collects the specs and fills
+// them with random values. One list, so the loader and the tiny models cannot drift apart.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "io/weight_store.h"
+
+namespace ditbatch {
+
+// How make-tiny fills a tensor: matrices ~ N(0, 1/fan_in), biases small, norm gains ~ 1.
+enum class WeightInit { Matrix, Bias, Gain, Embedding };
+
+struct WeightSpec {
+  std::string name;
+  Shape shape;
+  WeightInit init;
+  std::string why;  // the config values that imply the shape, for error messages
+};
+
+class WeightBinder {
+ public:
+  virtual ~WeightBinder() = default;
+  // Returns the tensor as a host fp32 tensor (a recorder returns an undefined tensor).
+  virtual Tensor bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) = 0;
+  // True when binding only records specs (models then skip preparing device copies).
+  virtual bool recording() const { return false; }
+};
+
+class SpecRecorder final : public WeightBinder {
+ public:
+  Tensor bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) override {
+    specs.push_back({name, shape, init, why});
+    return Tensor();
+  }
+  bool recording() const override { return true; }
+  std::vector<WeightSpec> specs;
+};
+
+// Loads from a component of a weight file; `prefix` is prepended to every name.
+class ComponentLoader final : public WeightBinder {
+ public:
+  explicit ComponentLoader(const Component& component, std::string prefix = "")
+      : component_(component), prefix_(std::move(prefix)) {}
+  Tensor bind(const std::string& name, const Shape& shape, WeightInit, const std::string& why) override {
+    return component_.tensor(prefix_ + name, shape, why).to_f32();
+  }
+
+ private:
+  const Component& component_;
+  std::string prefix_;
+};
+
+// A Linear layer as torch stores it: weight [out, in], bias [out] (may be undefined).
+struct Linear {
+  Tensor weight;
+  Tensor bias;
+  Tensor operator()(Backend& be, const Tensor& x) const { return be.linear(x, weight, bias.defined() ? &bias : nullptr); }
+  Tensor operator()(Backend& be, const Tensor& x, DType out) const {
+    return be.linear(x, weight, bias.defined() ? &bias : nullptr, out);
+  }
+};
+
+// Binds "<name>.weight" [out, in] and, if with_bias, "<name>.bias" [out]; uploads both.
+Linear bind_linear(WeightBinder& binder, Backend* be, const std::string& name, int64_t out, int64_t in,
+                   bool with_bias, const std::string& why);
+// Binds a 1-D gain (norm weight) and uploads it.
+Tensor bind_vector(WeightBinder& binder, Backend* be, const std::string& name, int64_t n, WeightInit init,
+                   const std::string& why);
+// Uploads a bound host tensor as a weight (a no-op for a recorder's undefined tensors).
+Tensor upload_bound(Backend* be, const Tensor& host);
+
+}  // namespace ditbatch

@@ -1,0 +1,58 @@
+// fp32 <-> bf16 / f16 conversions against hand-computed bit patterns.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/dtype.h"
+
+using namespace ditbatch;
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  // 1.0 + 2^-8 is exactly halfway between bf16 1.0 (0x3f80) and 1.0078125 (0x3f81): ties to even.
+  EXPECT_EQ(f32_to_bf16(bits_f32(0x3f808000u)), 0x3f80);
+  // 1.0078125 + 2^-8 is halfway between 0x3f81 (odd) and 0x3f82 (even): rounds up.
+  EXPECT_EQ(f32_to_bf16(bits_f32(0x3f818000u)), 0x3f82);
+  // Just above halfway rounds up, just below rounds down.
+  EXPECT_EQ(f32_to_bf16(bits_f32(0x3f808001u)), 0x3f81);
+  EXPECT_EQ(f32_to_bf16(bits_f32(0x3f807fffu)), 0x3f80);
+  // Negative numbers mirror: -1 - 2^-8 ties to even.
+  EXPECT_EQ(f32_to_bf16(bits_f32(0xbf808000u)), 0xbf80);
+  // Carry into the exponent: the largest mantissa rounds up to the next power of two.
+  EXPECT_EQ(f32_to_bf16(bits_f32(0x3fffffffu)), 0x4000);
+  // Overflow to infinity: max float rounds up.
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  // pi = 0x40490fdb -> 0x4049 (the dropped 0x0fdb is below half)
+  EXPECT_EQ(f32_to_bf16(3.14159265f), 0x4049);
+  // NaN stays NaN (quiet), including a NaN whose payload sits only in the low bits.
+  uint16_t nan = f32_to_bf16(bits_f32(0x7f800001u));
+  EXPECT_EQ(nan & 0x7f80, 0x7f80);
+  EXPECT_NE(nan & 0x007f, 0);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(bf16_to_f32(0xc049), -3.140625f);
+}
+
+TEST(DType, F16ExactAndRounded) {
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);          // max half
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);          // below the rounding boundary
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);          // ties to even -> inf
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // halfway to it: ties to even (0)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1.0)
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(f16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(f16_to_f32(0xfc00)));
+  EXPECT_TRUE(std::isnan(f16_to_f32(0x7e00)));
+  // Every finite half survives a round trip through fp32.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h) << std::hex << h;
+  }
+}

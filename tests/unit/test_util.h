@@ -1,0 +1,128 @@
+// Helpers shared by the tests: temporary directories, writing safetensors files, running the
+// ditbatch binary, normalised error.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ditbatch::test {
+
+// A fresh directory under /tmp, removed with everything in it when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ditbatch-test-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline void write_text(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct StTensor {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "F16"
+  Shape shape;
+  std::string bytes;
+};
+
+// Builds a safetensors file: 8-byte little-endian header length, JSON header, data.
+inline std::string safetensors_bytes(const std::vector<StTensor>& tensors, const nlohmann::json& metadata = nullptr) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.is_null()) header["__metadata__"] = metadata;
+  std::string data;
+  for (const auto& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  std::string h = header.dump();
+  uint64_t n = h.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + h + data;
+}
+
+inline std::string f32_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
+
+// Random values in [-scale, scale], never all zero.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+inline Tensor random_tensor(const Shape& shape, uint32_t seed, float scale = 1.0f) {
+  return Tensor::host_f32(shape, random_floats(static_cast<size_t>(shape_numel(shape)), seed, scale));
+}
+
+struct CommandResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command line; returns its exit status and combined output.
+inline CommandResult run(const std::string& command) {
+  CommandResult r{-1, ""};
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int rc = pclose(p);
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return r;
+}
+
+inline std::string exe() { return DITBATCH_EXE; }
+inline std::string golden(const std::string& name) { return std::string(DITBATCH_TEST_DATA) + "/golden/" + name; }
+
+// sum((a-b)^2) / sum(b^2) over host tensors (any float dtype), accumulated in double.
+inline double nmse(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to_f32(), y = b.to_f32();
+  EXPECT_EQ(x.numel(), y.numel());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < std::min(x.numel(), y.numel()); ++i) {
+    double d = static_cast<double>(x.data<float>()[i]) - y.data<float>()[i];
+    num += d * d;
+    den += static_cast<double>(y.data<float>()[i]) * y.data<float>()[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to_f32(), y = b.to_f32();
+  double m = 0;
+  for (int64_t i = 0; i < std::min(x.numel(), y.numel()); ++i)
+    m = std::max(m, std::abs(static_cast<double>(x.data<float>()[i]) - y.data<float>()[i]));
+  return m;
+}
+
+}  // namespace ditbatch::test

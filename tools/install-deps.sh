@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package that building, testing and the jobs of ditbatch need.
+# Idempotent: a quiet no-op when everything is present. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build pkg-config g++
+  # core libraries
+  libopenmpi-dev openmpi-bin          # MPI data parallelism (#7)
+  libhdf5-dev hdf5-tools              # the weight store (h5dump, h5ls to look inside)
+  libboost-program-options-dev        # the command line
+  libgtest-dev                        # tests
+  libpng-dev                          # PNG output
+  nlohmann-json3-dev                  # configs, safetensors headers, jsonl
+  libspdlog-dev libfmt-dev            # logging
+  libopenblas-openmp-dev              # GEMM for the CPU backend (OpenMP threads, like our own loops)
+  libsleef-dev                        # torch's vectorised exp/sin/cos/tanh, bit for bit
+  libssl-dev                          # SHA-256 (weight checksums, PNG digests in the manifest)
+  libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
+  # Slurm end-to-end tests (#8)
+  slurm-wlm slurmctld slurmd slurm-client munge
+  # test helpers
+  python3 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
