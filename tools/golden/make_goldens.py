@@ -1,0 +1,1255 @@
+#!/usr/bin/env python3
+"""Golden references for ditbatch, computed by the real diffusers / transformers code.
+
+Writes tests/data/golden/*.h5 and the tiny random pipeline tests/data/golden/tiny-pipeline/.
+Everything runs in float32 on the CPU with one thread and fixed seeds, so two runs with the
+same library versions on the same kind of CPU give byte-identical datasets.
+
+    tools/golden/setup.sh && tools/golden/.venv/bin/python tools/golden/make_goldens.py
+    ... make_goldens.py --only tokenizer,scheduler     # just these stages
+    ... make_goldens.py --verify                       # regenerate into a temp dir, compare
+
+See tools/golden/README.md for the schema of every file.
+"""
+
+import os
+
+# One thread everywhere, set before torch / numpy load their thread pools: reductions and
+# GEMM blocking then do not depend on the machine's core count.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("DIFFUSERS_ATTN_BACKEND", "native")
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unicodedata
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+torch.set_num_threads(1)
+torch.set_grad_enabled(False)
+
+import diffusers  # noqa: E402
+import tokenizers  # noqa: E402
+import transformers  # noqa: E402
+from diffusers import (  # noqa: E402
+    AutoencoderKLQwenImage,
+    FlowMatchEulerDiscreteScheduler,
+    QwenImagePipeline,
+    QwenImageTransformer2DModel,
+)
+from diffusers.models.autoencoders.autoencoder_kl_qwenimage import QwenImageUpBlock  # noqa: E402
+from diffusers.pipelines.qwenimage.pipeline_qwenimage import (  # noqa: E402
+    calculate_shift,
+    retrieve_timesteps,
+)
+from transformers import (  # noqa: E402
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2Tokenizer,
+)
+
+diffusers.utils.logging.set_verbosity_error()
+diffusers.utils.logging.disable_progress_bar()
+transformers.utils.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_TOKENIZER_DIR = REPO.parent / "shared" / "data" / "qwen2.5-vl-tokenizer"
+RANDN_REF_C = REPO.parent / "shared" / "spec" / "torch_cpu_randn_ref.c"
+
+PINNED = {
+    "torch": "2.15.0",
+    "diffusers": "0.42.1",
+    "transformers": "5.24.0",
+    "numpy": "2.4.6",
+    "tokenizers": "0.23.3",
+    "h5py": "3.16.0",
+}
+
+# The Qwen-Image prompt template and drop index, as diffusers 0.42.1 hard-codes them
+# (QwenImagePipeline.prompt_template_encode / prompt_template_encode_start_idx).
+TEMPLATE = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
+    "quantity, text, spatial relationships of the objects and background:<|im_end|>\n"
+    "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+)
+DROP_IDX = 34
+TOKENIZER_MAX_LENGTH = 1024
+
+# Published Qwen/Qwen-Image scheduler/scheduler_config.json (spec qwen-image.md section 1).
+SCHEDULER_CONFIG = dict(
+    num_train_timesteps=1000,
+    shift=1.0,
+    use_dynamic_shifting=True,
+    base_shift=0.5,
+    max_shift=0.9,
+    base_image_seq_len=256,
+    max_image_seq_len=8192,
+    shift_terminal=0.02,
+    time_shift_type="exponential",
+    invert_sigmas=False,
+    use_karras_sigmas=False,
+    use_exponential_sigmas=False,
+    use_beta_sigmas=False,
+    stochastic_sampling=False,
+)
+
+LATENTS_MEAN = [-0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+                0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921]
+LATENTS_STD = [2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+               3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160]
+
+# Tiny components.
+TINY_NUM_MERGES = 4000
+TINY_TRANSFORMER_CONFIG = dict(
+    patch_size=2, in_channels=64, out_channels=16, num_layers=2, attention_head_dim=32,
+    num_attention_heads=2, joint_attention_dim=64, guidance_embeds=False, axes_dims_rope=(8, 12, 12),
+)
+TINY_VAE_BASE_DIM = 8  # 16 would make the VAE alone ~16 MB (encoder + decoder) in fp32
+TINY_TEXT_HIDDEN = 64
+TINY_TEXT_LAYERS = 2
+
+# Seeds of the parameter re-initialisation (one torch.Generator per component).
+SEED_TRANSFORMER_PARAMS = 1001
+SEED_VAE_PARAMS = 1002
+SEED_TEXT_ENCODER_PARAMS = 1003
+
+STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline"]
+
+
+def log(msg):
+    print(f"[make_goldens {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fail(msg):
+    print("\n" + "!" * 100 + f"\nGOLDEN CHECK FAILED: {msg}\n" + "!" * 100 + "\n", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+# ------------------------------------------------------------------------------------------
+# HDF5 helpers
+
+def version_attrs():
+    return {
+        "torch_version": str(torch.__version__),
+        "diffusers_version": str(diffusers.__version__),
+        "transformers_version": str(transformers.__version__),
+        "numpy_version": str(np.__version__),
+        "tokenizers_version": str(tokenizers.__version__),
+        "h5py_version": str(h5py.__version__),
+        "hdf5_version": str(h5py.version.hdf5_version),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "torch_num_threads": np.int64(torch.get_num_threads()),
+        "python_version": sys.version.split()[0],
+    }
+
+
+def h5_create(path, description):
+    # libver bounds keep the files readable by HDF5 1.10 (Debian 12 ships libhdf5 1.10.8)
+    f = h5py.File(path, "w", libver=("v108", "v110"), track_order=False)
+    for k, v in version_attrs().items():
+        f.attrs[k] = v
+    f.attrs["description"] = description
+    f.attrs["generator"] = "tools/golden/make_goldens.py"
+    return f
+
+
+def put(group, name, array, dtype):
+    """Writes a contiguous, uncompressed dataset of exactly `dtype` (no silent casts)."""
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().contiguous().numpy()
+    array = np.asarray(array)
+    if array.dtype != np.dtype(dtype):
+        if np.dtype(dtype) == np.float32 and array.dtype != np.float32:
+            raise TypeError(f"{name}: refusing to cast {array.dtype} to float32 silently")
+        array = array.astype(dtype)
+    return group.create_dataset(name, data=np.ascontiguousarray(array), dtype=dtype)
+
+
+def put_text(group, name, text):
+    return put(group, name, np.frombuffer(text.encode("utf-8"), dtype=np.uint8), np.uint8)
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: tokenizer (REAL vocabulary)
+
+ADDED_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>",
+]
+
+# text-encoder.md section 4.8 / 5.1 test vectors (real vocabulary).
+SPEC_TOKEN_VECTORS = [
+    ("Hello world", [9707, 1879]),
+    (" Hello world", [21927, 1879]),
+    ("hello\r\n\r\nworld", [14990, 871, 14615]),
+    ("   leading spaces", [256, 6388, 12621]),
+    ("tab\tsep", [6192, 197, 28036]),
+    ("x\u00A0y", [87, 4102, 88]),
+    ("I'LL DO IT", [40, 6, 4086, 9319, 8700]),
+    ("emoji \U0001F600\U0001F44D\U0001F3FD", [37523, 90316, 144349, 145375]),
+    ("e\u0301 \uFF21\uFF11 x<|im_end|>y <|endoftext|>", [963, 62823, 94, 20109, 856, 151645, 88, 220, 151643]),
+]
+SPEC_TEMPLATE_PREFIX = [151644, 8948, 198, 74785, 279, 2168, 553, 44193, 279, 1894, 11, 6083, 11, 1379, 11,
+                        10434, 11, 12194, 11, 1467, 11, 27979, 11871, 315, 279, 6171, 323, 4004, 25, 151645,
+                        198, 151644, 872, 198]
+SPEC_TEMPLATE_SUFFIX = [151645, 198, 151644, 77091, 198]
+SPEC_TEMPLATE_DROPPED = [
+    ("A cat holding a sign that says hello world",
+     [32, 8251, 9963, 264, 1841, 429, 2727, 23811, 1879, 151645, 198, 151644, 77091, 198], 48),
+    ("", [151645, 198, 151644, 77091, 198], 39),
+    ("\nA cat", [32, 8251, 151645, 198, 151644, 77091, 198], None),
+]
+SPEC_TEMPLATE_SHA256 = "0194d360a674d2f127a8b5f2ad08f0692a2baab34d2b378d183aeb84087e91cc"
+
+
+def tokenizer_cases():
+    """(description, text) pairs; order is the case order in tokenizer.h5."""
+    c = []
+
+    def add(desc, text):
+        c.append((desc, text))
+
+    for s, _ in SPEC_TOKEN_VECTORS:
+        add("spec 4.8 vector", s)
+    for s, _, _ in SPEC_TEMPLATE_DROPPED:
+        add("spec 5.1 prompt", s)
+    # ASCII basics
+    add("empty", "")
+    add("single letter", "a")
+    add("single space", " ")
+    add("single newline", "\n")
+    add("single digit", "7")
+    add("lowercase sentence", "a photo of an astronaut riding a horse on the moon")
+    add("sentence with punctuation", "A cat, a dog; and a bird: all friends. The end!")
+    add("capitalised words", "The Quick Brown Fox Jumps Over The Lazy Dog")
+    add("all caps", "HELLO WORLD THIS IS LOUD")
+    add("mixed case word", "iPhone McDonald's eBay YouTube")
+    add("trailing space", "trailing space ")
+    add("trailing spaces", "trailing spaces   ")
+    add("leading space", " leading")
+    add("two spaces between", "two  spaces")
+    add("many spaces between", "many          spaces")
+    add("only spaces", "     ")
+    add("space run 16", " " * 16)
+    add("space run 33", " " * 33)
+    # whitespace, CR/LF, tabs
+    add("LF inside", "line one\nline two")
+    add("CRLF inside", "line one\r\nline two")
+    add("CR inside", "line one\rline two")
+    add("LF LF", "para one\n\npara two")
+    add("space LF", "word \nnext")
+    add("LF space", "word\n next")
+    add("spaces LF spaces", "word   \n   next")
+    add("trailing LF", "ends with newline\n")
+    add("trailing LFs", "ends with newlines\n\n\n")
+    add("trailing CRLF", "ends with crlf\r\n")
+    add("only LFs", "\n\n\n\n")
+    add("only CRLFs", "\r\n\r\n\r\n")
+    add("mixed CR LF run", "a\r\r\n\n\rb")
+    add("tab inside", "col1\tcol2\tcol3")
+    add("tabs run", "a\t\t\tb")
+    add("tab space mix", "a \t \t b")
+    add("only tabs", "\t\t")
+    add("vertical tab form feed", "a\x0bb\x0cc")
+    add("leading LF", "\nA cat")
+    add("leading LF LF", "\n\nA cat")
+    add("leading space LF", " \nA cat")
+    add("leading CRLF", "\r\nA")
+    add("leading CR", "\rA cat")
+    add("leading tab", "\tA")
+    add("leading spaces", "  A cat")
+    add("leading tab LF", "\t\nA cat")
+    add("leading NBSP LF", "\u00a0\nA cat")
+    add("leading LF space", "\n A cat")
+    # Unicode spaces and invisible characters
+    add("NBSP", "x\u00a0y")
+    add("NBSP run", "x\u00a0\u00a0\u00a0y")
+    add("space NBSP", "x \u00a0y")
+    add("NBSP space", "x\u00a0 y")
+    for cp in range(0x2000, 0x200B):
+        add(f"U+{cp:04X} between letters", f"a{chr(cp)}b")
+    add("U+2000..U+200A run", "a" + "".join(chr(cp) for cp in range(0x2000, 0x200B)) + "b")
+    add("ideographic space U+3000", "日本\u3000語")
+    add("line separator U+2028", "a\u2028b")
+    add("paragraph separator U+2029", "a\u2029b")
+    add("NEL U+0085", "a\u0085b")
+    add("BOM U+FEFF leading", "\ufeffhello")
+    add("BOM U+FEFF inside", "hel\ufefflo")
+    add("zero width space U+200B", "zero\u200bwidth")
+    add("narrow NBSP U+202F", "10\u202f000")
+    add("medium math space U+205F", "a\u205fb")
+    add("ogham space U+1680", "a\u1680b")
+    add("file/group/record/unit separators U+001C..U+001F", "a\x1cb\x1dc\x1ed\x1fe")
+    add("control chars", "a\x00b\x01c\x07d\x1be\x7ff")
+    add("soft hyphen U+00AD", "soft\u00adhyphen")
+    add("zero width joiner alone", "a\u200db")
+    # numbers
+    add("year", "2024")
+    add("long number", "1234567890123")
+    add("decimal", "3.14159")
+    add("negative number", "-42")
+    add("thousands", "1,000,000")
+    add("version", "v1.2.3-rc4")
+    add("number words", "4k 8K 1080p 16:9 24fps")
+    add("superscript digits", "x\u00b2 + y\u00b3 = z\u2074")
+    add("fractions", "\u00bd \u00bc \u2153")
+    add("roman numeral chars", "\u2160 \u2161 \u2162 \u216b")
+    add("arabic-indic digits", "\u0661\u0662\u0663")
+    add("devanagari digits", "\u0967\u0968\u0969")
+    add("fullwidth digits", "\uff11\uff12\uff13")
+    # contractions
+    add("contractions lower", "it's don't they're we've I'm you'll he'd")
+    add("contractions upper", "IT'S DON'T THEY'RE WE'VE I'M YOU'LL HE'D")
+    add("contractions mixed case", "it'S don'T they'Re we'Ve I'm you'Ll he'D 'LL 'Ll 'lL")
+    add("contraction alone", "'s")
+    add("contraction after space", "cat 's toy")
+    add("double contraction", "y'all'd've")
+    add("typographic apostrophe", "it\u2019s don\u2019t")
+    add("quote runs", "''' \"\"\" ``")
+    add("possessive plural", "the cats' toys")
+    # punctuation
+    add("punctuation run", "!!!???...,,,;;;:::")
+    add("ellipsis", "wait... what?!")
+    add("brackets", "(a) [b] {c} <d>")
+    add("email", "someone@example.com")
+    add("url", "https://example.com/path?q=1&r=two#frag")
+    add("code", "def f(x):\n    return x**2  # square\n")
+    add("markdown", "# Title\n\n* item 1\n* item 2\n\n**bold** _it_")
+    add("json", '{"a": [1, 2, 3], "b": null}')
+    add("math symbols", "\u2200x\u2208\u211d: x\u00b2 \u2265 0 \u2211 \u222b \u221e")
+    add("currency", "$5 \u20ac10 \u00a315 \u00a520 \u20b9100")
+    add("dashes", "a - b \u2013 c \u2014 d")
+    add("punctuation then LF", "end.\nnext")
+    add("punctuation then CRLF", "end!\r\nnext")
+    add("space punctuation", "a !b ?c")
+    # emoji
+    add("emoji simple", "\U0001F600")
+    add("emoji skin tones", "\U0001F44D\U0001F3FB\U0001F44D\U0001F3FC\U0001F44D\U0001F3FD\U0001F44D\U0001F3FE\U0001F44D\U0001F3FF")
+    add("emoji ZWJ family", "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466")
+    add("emoji ZWJ professions", "\U0001F469\U0001F3FD\u200d\U0001F680 \U0001F9D1\u200d\U0001F4BB")
+    add("emoji flags", "\U0001F1EF\U0001F1F5 \U0001F1FA\U0001F1F8 \U0001F3F3\ufe0f\u200d\U0001F308")
+    add("emoji keycap and VS16", "1\ufe0f\u20e3 \u2764\ufe0f \u263a")
+    add("emoji in sentence", "I love \U0001F355 and \U0001F363!")
+    add("emoji run", "\U0001F525" * 7)
+    # scripts
+    add("CJK chinese", "一只猫坐在窗台上，看着外面的雨。")
+    add("CJK japanese", "東京の夜景、ネオンが輝く街並み")
+    add("japanese kana", "ひらがなとカタカナ")
+    add("korean", "서울의 밤거리, 네온사인이 빛나는 골목")
+    add("korean jamo decomposed", "\u1112\u1161\u11ab\u1100\u1173\u11af")
+    add("arabic", "قطة تجلس على حافة النافذة")
+    add("hebrew", "חתול יושב על אדן החלון")
+    add("hindi", "खिड़की पर बैठी एक बिल्ली")
+    add("thai", "แมวนั่งอยู่บนขอบหน้าต่าง")
+    add("greek", "Μια γάτα κάθεται στο παράθυρο")
+    add("cyrillic", "Кошка сидит на подоконнике")
+    add("vietnamese", "Con mèo ngồi trên bậu cửa sổ")
+    add("mixed scripts", "A cat 猫 قطة बिल्ली 고양이 кошка")
+    add("CJK with ASCII", "Text 'Hello 世界' on a sign")
+    # normalisation
+    add("decomposed e acute", "caf" + "e\u0301")
+    add("decomposed many", "A\u030a n\u0303 o\u0308 u\u0308 c\u0327")
+    add("precomposed many", "\u00c5 \u00f1 \u00f6 \u00fc \u00e7")
+    add("combining on digit", "1\u0301")
+    add("combining sequence order", "a\u0323\u0302")
+    add("angstrom sign (NFC singleton)", "\u212b")
+    add("ohm sign (NFC singleton)", "\u2126")
+    add("compatibility ligature (not NFKC)", "\ufb01ne \ufb02ow")
+    add("fullwidth latin", "\uff28\uff45\uff4c\uff4c\uff4f \uff37\uff4f\uff52\uff4c\uff44")
+    add("fullwidth punctuation", "\uff01\uff1f\uff08\uff09\uff0c")
+    add("hangul syllable vs jamo", "\ud55c \u1112\u1161\u11ab")
+    # added tokens inside text
+    for t in ADDED_TOKENS:
+        add(f"added token {t} inside text", f"a{t}b")
+    add("added tokens adjacent", "<|im_start|><|im_end|><|endoftext|>")
+    add("added tokens with spaces", " <|im_start|> user <|im_end|> ")
+    add("added token after newline", "x\n<|im_end|>\ny")
+    add("tool call block", "<tool_call>{\"name\": \"f\"}</tool_call>")
+    add("malformed added token", "<|im_start| <im_start|> <|IM_START|> <|im_start |>")
+    add("think tag is plain text here", "<think>hmm</think>")
+    add("partial special prefix", "<|")
+    # prompt-like
+    add("typical prompt", "A cat holding a sign that says hello world")
+    add("typical prompt 2", "A coffee shop entrance features a chalkboard sign reading \"Qwen Coffee \U0001F60A $2 per cup,\" with a neon light beside it displaying \"\u901a\u4e49\u5343\u95ee\".")
+    add("prompt with quality tags", "Ultra HD, 4K, cinematic composition.")
+    add("negative prompt space", " ")
+    # long strings (template truncation at 1058 tokens kicks in)
+    words = ("the quick brown fox jumps over the lazy dog while a painter in a red coat sketches "
+             "mountains rivers and clouds under a golden evening sky").split()
+    long_text = " ".join(words[i % len(words)] for i in range(3200))
+    add("long ascii 3200 words", long_text)
+    long_mixed = ("A market street in Kyoto 京都の市場, lanterns 🏮, and a sign saying \"open 24/7\".\n") * 120
+    add("long mixed with newlines", long_mixed)
+    add("long no spaces", "ab" * 2500)
+    add("long space run", " " * 3000)
+    add("long newline run", "\n" * 1500)
+    add("long digits", "0123456789" * 400)
+    add("long CJK", "猫が窓辺に座っている。" * 300)
+    return c
+
+
+def stage_tokenizer(out):
+    log("tokenizer: loading the REAL Qwen2.5-VL vocabulary through transformers.Qwen2Tokenizer")
+    tok = Qwen2Tokenizer.from_pretrained(str(REAL_TOKENIZER_DIR))
+    if len(tok) != 151665:
+        fail(f"real tokenizer has {len(tok)} tokens, expected 151643 + 22")
+
+    # Spec test vectors must reproduce, otherwise the spec (or the library) is wrong.
+    import hashlib
+    if hashlib.sha256(TEMPLATE.encode("utf-8")).hexdigest() != SPEC_TEMPLATE_SHA256:
+        fail("prompt template SHA-256 differs from text-encoder.md section 5.1")
+    if TEMPLATE not in QwenImagePipeline.__init__.__code__.co_consts:
+        fail("diffusers' QwenImagePipeline template differs from the one in make_goldens.py")
+    bad = []
+    for s, expected in SPEC_TOKEN_VECTORS:
+        got = tok(s)["input_ids"]
+        if got != expected:
+            bad.append(f"{s!r}: expected {expected}, got {got}")
+    prefix = tok(TEMPLATE.split("{}")[0])["input_ids"]
+    if prefix != SPEC_TEMPLATE_PREFIX:
+        bad.append(f"template prefix: got {prefix}")
+    suffix = tok(TEMPLATE.split("{}")[1])["input_ids"]
+    if suffix != SPEC_TEMPLATE_SUFFIX:
+        bad.append(f"template suffix: got {suffix}")
+    for s, expected, total in SPEC_TEMPLATE_DROPPED:
+        ids = tok(TEMPLATE.format(s))["input_ids"]
+        if ids[DROP_IDX:] != expected or (total is not None and len(ids) != total):
+            bad.append(f"template({s!r})[34:]: expected {expected} (len {total}), got {ids[DROP_IDX:]} (len {len(ids)})")
+    if bad:
+        fail("transformers does NOT reproduce the text-encoder.md test vectors:\n  " + "\n  ".join(bad))
+    log(f"tokenizer: all {len(SPEC_TOKEN_VECTORS)} section-4.8 vectors and the section-5.1 template vectors reproduce")
+
+    cases = tokenizer_cases()
+    with h5_create(out / "tokenizer.h5", "Qwen2Tokenizer ids on the REAL Qwen2.5-VL vocabulary") as f:
+        f.attrs["tokenizer_dir"] = "shared/data/qwen2.5-vl-tokenizer (151643 base tokens + 22 added)"
+        f.attrs["template"] = TEMPLATE
+        f.attrs["drop_idx"] = np.int64(DROP_IDX)
+        f.attrs["template_max_length"] = np.int64(TOKENIZER_MAX_LENGTH + DROP_IDX)
+        f.attrs["num_cases"] = np.int64(len(cases))
+        g = f.create_group("cases")
+        n_trunc = 0
+        for i, (desc, text) in enumerate(cases):
+            ids = tok(text)["input_ids"]
+            # Exactly as QwenImagePipeline._get_qwen_prompt_embeds tokenizes (batch of one).
+            t = tok([TEMPLATE.format(text)], max_length=TOKENIZER_MAX_LENGTH + DROP_IDX, padding=True,
+                    truncation=True, return_tensors="pt")
+            template_ids = t.input_ids[0].numpy().astype(np.int64)
+            assert bool(t.attention_mask.all())
+            n_trunc += len(template_ids) == TOKENIZER_MAX_LENGTH + DROP_IDX
+            c = g.create_group(f"{i:04d}")
+            c.attrs["description"] = desc
+            c.attrs["nfc_changes_text"] = np.int64(unicodedata.normalize("NFC", text) != text)
+            put_text(c, "text", text)
+            put(c, "ids", np.asarray(ids, dtype=np.int64), np.int64)
+            put(c, "template_ids", template_ids, np.int64)
+            put(c, "template_ids_dropped", template_ids[DROP_IDX:], np.int64)
+    log(f"tokenizer: wrote {len(cases)} cases ({n_trunc} truncated to {TOKENIZER_MAX_LENGTH + DROP_IDX})")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: scheduler
+
+SCHED_STEPS = [1, 2, 4, 8, 20, 28, 50]
+SCHED_SEQ_LENS = [16, 64, 1024, 4096, 6889, 8192, 10000]
+
+
+def qwen_schedule(scheduler, num_steps, image_seq_len):
+    """Exactly the sigma/timestep computation of QwenImagePipeline.__call__ (step 5)."""
+    sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
+    mu = calculate_shift(
+        image_seq_len,
+        scheduler.config.get("base_image_seq_len", 256),
+        scheduler.config.get("max_image_seq_len", 4096),
+        scheduler.config.get("base_shift", 0.5),
+        scheduler.config.get("max_shift", 1.15),
+    )
+    timesteps, _ = retrieve_timesteps(scheduler, num_steps, "cpu", sigmas=sigmas, mu=mu)
+    return mu, scheduler.sigmas.clone(), timesteps.clone()
+
+
+def stage_scheduler(out):
+    sched = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    with h5_create(out / "scheduler.h5", "FlowMatchEulerDiscreteScheduler sigmas/timesteps as QwenImagePipeline sets them") as f:
+        f.attrs["scheduler_config"] = json.dumps(SCHEDULER_CONFIG, sort_keys=True)
+        f.attrs["steps"] = np.asarray(SCHED_STEPS, dtype=np.int64)
+        f.attrs["seq_lens"] = np.asarray(SCHED_SEQ_LENS, dtype=np.int64)
+        n_nan = 0
+        for n in SCHED_STEPS:
+            for s in SCHED_SEQ_LENS:
+                with np.errstate(invalid="ignore", divide="ignore"):  # N = 1 divides 0 by 0 (kept as NaN)
+                    mu, sigmas, timesteps = qwen_schedule(sched, n, s)
+                assert sigmas.dtype == torch.float32 and timesteps.dtype == torch.float32
+                assert sigmas.shape == (n + 1,) and timesteps.shape == (n,)
+                n_nan += int(torch.isnan(sigmas).any())
+                g = f.create_group(f"steps_{n}/seq_{s}")
+                g.attrs["mu"] = np.float64(mu)
+                put(g, "sigmas", sigmas, np.float32)
+                put(g, "timesteps", timesteps, np.float32)
+        # Cross-check one value against the spec (qwen-image.md section 3.5).
+        s50 = f["steps_50/seq_4096/sigmas"][()]
+        if s50.view(np.uint32)[1] != 0x3F7D5D0A or s50.view(np.uint32)[49] != 0x3CA3D700:
+            fail("scheduler: N=50, S=4096 sigmas differ from qwen-image.md section 3.5")
+        if f["steps_50/seq_4096"].attrs["mu"] != 0.6935483870967742:
+            fail("scheduler: mu(4096) differs from the spec")
+    log(f"scheduler: wrote {len(SCHED_STEPS) * len(SCHED_SEQ_LENS)} schedules ({n_nan} contain NaN: the N=1 rows)")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: noise
+
+NOISE_CASES = [
+    (0, (1, 1, 16, 8, 8)),
+    (42, (1, 1, 16, 8, 8)),
+    (5, (1, 1, 16, 8, 8)),
+    (2**32 + 5, (1, 1, 16, 8, 8)),           # same low 32 bits as seed 5: same stream
+    (8_000_000_000_000_000_123, (1, 1, 16, 8, 8)),  # large 63-bit seed
+    (1234, (1, 1, 16, 6, 10)),
+    (2**63 - 25, (1, 1, 16, 6, 10)),
+    (7, (2, 1, 16, 4, 4)),                   # batch 2 from one generator
+    (42, (1, 1, 16, 128, 128)),              # 1024x1024 latents; spec section 6.6 vector
+    (0, (3, 7)),                             # numel 21: not a multiple of 16 (tail redraw)
+    (1, (1, 1, 3, 5, 7)),                    # numel 105
+    (3, (17,)),                              # numel 17
+]
+
+
+def torch_randn(shape, seed):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+def check_randn_c_reference(out_lines):
+    """Compiles shared/spec/torch_cpu_randn_ref.c and compares it bit for bit with torch."""
+    if not RANDN_REF_C.exists() or shutil.which("gcc") is None:
+        out_lines.append("C reference not checked (gcc or the .c file missing)")
+        return None
+    with tempfile.TemporaryDirectory() as td:
+        exe = Path(td) / "randn_ref"
+        subprocess.run(["gcc", "-O2", "-ffp-contract=off", str(RANDN_REF_C), "-o", str(exe), "-lm"], check=True)
+        total = 0
+        mismatches = 0
+        for seed, shape in NOISE_CASES:
+            n = int(np.prod(shape))
+            ref = np.frombuffer(subprocess.run([str(exe), str(seed), str(n)], check=True, capture_output=True).stdout,
+                                dtype=np.uint32)
+            got = torch_randn(shape, seed).numpy().reshape(-1).view(np.uint32)
+            bad = int((ref != got).sum())
+            total += n
+            mismatches += bad
+            out_lines.append(f"seed {seed} shape {shape}: {bad} of {n} differ")
+        return mismatches, total
+
+
+def stage_noise(out):
+    lines = []
+    res = check_randn_c_reference(lines)
+    if res is None:
+        log("noise: " + lines[0])
+    else:
+        mism, total = res
+        verdict = "BIT-EXACT" if mism == 0 else "MISMATCH"
+        log(f"noise: C reference (gcc -O2 -ffp-contract=off) vs torch {torch.__version__}: {verdict}, "
+            f"{mism} of {total} values differ")
+        if mism:
+            for ln in lines:
+                log("  " + ln)
+    # Spec section 6.6 test vector.
+    x = torch_randn((1, 1, 16, 128, 128), 42).reshape(-1)
+    expect_head = [1.92691529, 1.48728406, 0.900717199, -2.10552096, 0.678418458, -1.23454487, -0.0430674776, -1.60466695]
+    expect_tail = [-1.30105829, 0.608102143, -1.76224577, -2.32941723]
+    if not (np.allclose(x[:8].numpy(), expect_head, rtol=0, atol=5e-8) and np.allclose(x[-4:].numpy(), expect_tail, rtol=0, atol=5e-8)):
+        fail("noise: torch.randn(seed 42) differs from qwen-image.md section 6.6")
+    with h5_create(out / "noise.h5", "torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=float32)") as f:
+        if res is not None:
+            f.attrs["c_reference_mismatches"] = np.int64(res[0])
+            f.attrs["c_reference_values_checked"] = np.int64(res[1])
+        g = f.create_group("cases")
+        for i, (seed, shape) in enumerate(NOISE_CASES):
+            c = g.create_group(f"{i:02d}")
+            c.attrs["seed"] = np.int64(seed)
+            put(c, "shape", np.asarray(shape, dtype=np.int64), np.int64)
+            put(c, "noise", torch_randn(shape, seed), np.float32)
+    log(f"noise: wrote {len(NOISE_CASES)} cases")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: tiny pipeline (tests/data/golden/tiny-pipeline)
+
+def tiny_token_ids():
+    base = 256 + TINY_NUM_MERGES
+    return {t: base + i for i, t in enumerate(ADDED_TOKENS)}
+
+
+def write_tiny_tokenizer(dst):
+    """Byte-level BPE from the REAL files: 256 byte symbols + the first TINY_NUM_MERGES merges
+    (id = 256 + rank), then the 22 added tokens renumbered right after. Written in the same
+    layout as the real Qwen-Image tokenizer folder (vocab.json, merges.txt, added_tokens.json,
+    tokenizer_config.json; no tokenizer.json)."""
+    src = REAL_TOKENIZER_DIR
+    real_vocab = json.loads((src / "vocab.json").read_text(encoding="utf-8"))
+    by_id = {i: t for t, i in real_vocab.items()}
+    merge_lines = (src / "merges.txt").read_text(encoding="utf-8").split("\n")
+    assert merge_lines[0].startswith("#version")
+    merges = [ln for ln in merge_lines[1:] if ln][:TINY_NUM_MERGES]
+    vocab = {by_id[i]: i for i in range(256)}
+    for rank, line in enumerate(merges):
+        a, b = line.split(" ")
+        if a not in vocab or b not in vocab:
+            fail(f"tiny tokenizer: merge {rank} '{line}' uses an operand that is not in the tiny vocabulary")
+        if real_vocab[a + b] != 256 + rank or (a + b) in vocab:
+            fail(f"tiny tokenizer: merge {rank} '{line}' breaks the id = 256 + rank rule")
+        vocab[a + b] = 256 + rank
+    added = tiny_token_ids()
+    real_cfg = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
+    real_added = json.loads((src / "added_tokens.json").read_text(encoding="utf-8"))
+    assert list(real_added) == ADDED_TOKENS
+    cfg = dict(real_cfg)
+    cfg["added_tokens_decoder"] = {
+        str(added[v["content"]]): v for _, v in sorted(real_cfg["added_tokens_decoder"].items(), key=lambda kv: int(kv[0]))
+    }
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+    (dst / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    (dst / "added_tokens.json").write_text(json.dumps(added, ensure_ascii=False, indent=2), encoding="utf-8")
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=2), encoding="utf-8")
+    return len(vocab) + len(added)
+
+
+def reinit_params(module, seed, overrides=None):
+    """Re-initialises EVERY parameter with seeded random values (never zero, never constant).
+
+    - norm weights / gammas: 1 + 0.1 * randn
+    - biases: 0.1 * randn
+    - embeddings: randn
+    - linear / conv weights: randn / sqrt(fan_in) (fan_in over the spatial taps that touch data)
+    `overrides` maps a parameter name to a gain multiplying the default.
+    """
+    overrides = overrides or {}
+    g = torch.Generator().manual_seed(seed)
+    for name, p in module.named_parameters():
+        r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+        leaf = name.split(".")[-1]
+        is_norm = leaf == "gamma" or (leaf == "weight" and ("norm" in name or "ln_" in name))
+        if is_norm:
+            v = 1.0 + 0.1 * r
+        elif leaf == "bias":
+            v = 0.1 * r
+        elif "embed_tokens" in name:
+            v = r
+        else:
+            shape = list(p.shape)
+            if len(shape) == 5 and "visual" not in name:
+                # causal 3-D conv; for one frame only the last temporal tap sees data
+                fan_in = shape[1] * shape[3] * shape[4]
+            else:
+                fan_in = int(np.prod(shape[1:]))
+            v = r / math.sqrt(fan_in)
+        v = v * overrides.get(name, 1.0)
+        p.copy_(v)
+        if p.numel() > 1 and float(p.std()) == 0.0:
+            fail(f"parameter {name} is constant after re-initialisation")
+
+
+def build_tiny_components():
+    ids = tiny_token_ids()
+    tmp_tok = Path(tempfile.mkdtemp(prefix="tinytok_"))
+    vocab_size = write_tiny_tokenizer(tmp_tok)
+    tokenizer = Qwen2Tokenizer.from_pretrained(str(tmp_tok))
+    if len(tokenizer) != vocab_size:
+        fail(f"tiny tokenizer loads with {len(tokenizer)} tokens, expected {vocab_size}")
+
+    transformer = QwenImageTransformer2DModel(**TINY_TRANSFORMER_CONFIG)
+    # proj_out gain keeps the predicted velocity O(1), like a trained model's
+    reinit_params(transformer, SEED_TRANSFORMER_PARAMS, overrides={"proj_out.weight": 0.2, "proj_out.bias": 0.5})
+
+    vae = AutoencoderKLQwenImage(
+        base_dim=TINY_VAE_BASE_DIM, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+        temperal_downsample=[False, True, True], dropout=0.0, latents_mean=LATENTS_MEAN, latents_std=LATENTS_STD,
+    )
+    # conv_out gain keeps most decoded pixels inside (-1, 1) so the final clamp is not hit everywhere.
+    reinit_params(vae, SEED_VAE_PARAMS, overrides={"decoder.conv_out.weight": 0.9})
+
+    head_dim = TINY_TEXT_HIDDEN // 4
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=vocab_size,
+            hidden_size=TINY_TEXT_HIDDEN,
+            intermediate_size=128,
+            num_hidden_layers=TINY_TEXT_LAYERS,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_act="silu",
+            max_position_embeddings=4096,
+            rms_norm_eps=1e-6,
+            use_sliding_window=False,
+            max_window_layers=TINY_TEXT_LAYERS,
+            attention_dropout=0.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+            bos_token_id=ids["<|endoftext|>"],
+            eos_token_id=ids["<|im_end|>"],
+            pad_token_id=ids["<|endoftext|>"],
+            dtype="float32",
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2, window_size=112, out_hidden_size=TINY_TEXT_HIDDEN,
+            fullatt_block_indexes=[0], tokens_per_second=2, dtype="float32",
+        ),
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+        dtype="float32",
+    )
+    assert sum(config.text_config.rope_parameters["mrope_section"]) * 2 == head_dim
+    text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval().to(torch.float32)
+    reinit_params(text_encoder, SEED_TEXT_ENCODER_PARAMS)
+
+    scheduler = FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG)
+    return tmp_tok, dict(scheduler=scheduler, vae=vae.eval(), text_encoder=text_encoder, tokenizer=tokenizer,
+                         transformer=transformer.eval())
+
+
+def stage_tiny(out):
+    dst = out / "tiny-pipeline"
+    tmp_tok, comps = build_tiny_components()
+    pipe = QwenImagePipeline(**comps)
+    if dst.exists():
+        shutil.rmtree(dst)
+    pipe.save_pretrained(str(dst), safe_serialization=True)
+    # transformers 5 saves tokenizers as tokenizer.json only; the real Qwen/Qwen-Image folder has
+    # vocab.json + merges.txt + added_tokens.json + tokenizer_config.json and no tokenizer.json,
+    # so the tokenizer folder gets the real layout (written by write_tiny_tokenizer).
+    shutil.rmtree(dst / "tokenizer")
+    shutil.copytree(tmp_tok, dst / "tokenizer")
+    shutil.rmtree(tmp_tok)
+    # Drop files that only record where things were loaded from (not deterministic/meaningful).
+    for p in dst.rglob("*.json"):
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "_name_or_path" in data:
+            data.pop("_name_or_path")
+            p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    for p in dst.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)  # save_pretrained writes safetensors as 0600
+
+    # Reload from disk and check that it is the same pipeline.
+    pipe2 = QwenImagePipeline.from_pretrained(str(dst), dtype=torch.float32)
+    for name in ("transformer", "vae", "text_encoder"):
+        a = getattr(pipe, name).state_dict()
+        b = getattr(pipe2, name).state_dict()
+        missing = set(a) ^ set(b)
+        if missing:
+            fail(f"tiny {name}: state_dict keys differ after reload: {sorted(missing)[:5]}")
+        for k in a:
+            if not torch.equal(a[k], b[k]):
+                fail(f"tiny {name}: {k} differs after save/reload")
+            if b[k].dtype != torch.float32:
+                fail(f"tiny {name}: {k} reloads as {b[k].dtype}")
+    probe = [TEMPLATE.format(s) for s in ("A cat holding a sign", "", "\nA cat", "x<|im_end|>y é 猫 😀")]
+    if comps["tokenizer"](probe)["input_ids"] != pipe2.tokenizer(probe)["input_ids"]:
+        fail("tiny tokenizer tokenizes differently after reload")
+    size = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
+    log(f"tiny: saved the tiny pipeline to {dst} ({size / 1e6:.2f} MB); vocab {len(pipe2.tokenizer)}")
+
+
+def load_tiny(out):
+    dst = out / "tiny-pipeline"
+    if not (dst / "model_index.json").exists():
+        log("tiny pipeline missing: building it first")
+        stage_tiny(out)
+    pipe = QwenImagePipeline.from_pretrained(str(dst), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    if (pipe.prompt_template_encode, pipe.prompt_template_encode_start_idx, pipe.tokenizer_max_length) != (
+            TEMPLATE, DROP_IDX, TOKENIZER_MAX_LENGTH):
+        fail("QwenImagePipeline's template / drop index / max length differ from make_goldens.py")
+    for m in (pipe.transformer, pipe.vae, pipe.text_encoder):
+        m.eval()
+    return pipe
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: text encoder (tiny)
+
+TE_PROMPTS = [
+    "A cat holding a sign that says hello world",
+    "A cat",
+    "\nA red fox jumping over a lazy dog",
+    "",
+    " ",
+    ("A sprawling fantasy city at dusk, with towering spires of white marble and gold, "
+     "airships drifting between floating islands, waterfalls pouring into the clouds below, "
+     "markets full of colourful awnings and lanterns, crowds of travellers in flowing robes, "
+     "dragons perched on distant mountain peaks, a crescent moon rising over the sea, "
+     "reflections shimmering on canals, intricate carvings on every bridge, banners waving "
+     "in the warm evening wind, and a lone musician playing a violin on a balcony. "
+     "Highly detailed, cinematic lighting, 8k, masterpiece."),
+    "東京の夜景 🌃, neon signs say \"OPEN\"",
+]
+TE_BATCH = [
+    "A cat holding a sign that says hello world",
+    "A cat",
+    "",
+    "\nA red fox jumping over a lazy dog, watercolor",
+]
+
+
+def stage_text_encoder(out):
+    pipe = load_tiny(out)
+    te, tok = pipe.text_encoder, pipe.tokenizer
+    n_layers = te.config.text_config.num_hidden_layers
+    hidden = te.config.text_config.hidden_size
+    with h5_create(out / "text_encoder.h5", "tiny Qwen2.5-VL text encoder: hidden states and prompt_embeds") as f:
+        f.attrs["drop_idx"] = np.int64(DROP_IDX)
+        f.attrs["num_hidden_layers"] = np.int64(n_layers)
+        f.attrs["hidden_size"] = np.int64(hidden)
+        f.attrs["template"] = TEMPLATE
+        gp = f.create_group("prompts")
+        for i, prompt in enumerate(TE_PROMPTS):
+            t = tok([TEMPLATE.format(prompt)], max_length=TOKENIZER_MAX_LENGTH + DROP_IDX, padding=True,
+                    truncation=True, return_tensors="pt")
+            o = te(input_ids=t.input_ids, attention_mask=t.attention_mask, output_hidden_states=True)
+            hs = torch.stack([h[0] for h in o.hidden_states])  # [layers+1, L, hidden]
+            if hs.shape[0] != n_layers + 1:
+                fail(f"text encoder returned {hs.shape[0]} hidden states, expected {n_layers + 1}")
+            pe, pm = pipe.encode_prompt(prompt, device="cpu")
+            if pm is not None:
+                fail("encode_prompt returned a mask for a single prompt (diffusers should give None)")
+            L = t.input_ids.shape[1]
+            if pe.shape != (1, L - DROP_IDX, hidden) or not torch.equal(pe[0], hs[-1][DROP_IDX:]):
+                fail("prompt_embeds != hidden_states[-1][34:] for a single prompt")
+            g = gp.create_group(f"{i:02d}")
+            g.attrs["prompt"] = prompt
+            put_text(g, "prompt_utf8", prompt)
+            put(g, "input_ids", t.input_ids[0], np.int64)
+            put(g, "hidden_states", hs, np.float32)
+            put(g, "prompt_embeds", pe[0], np.float32)
+        # batch with padding, through the pipeline's own encode_prompt
+        gb = f.create_group("batch")
+        for j, prompt in enumerate(TE_BATCH):
+            put_text(gb, f"prompt_{j:02d}", prompt)
+        gb.attrs["num_prompts"] = np.int64(len(TE_BATCH))
+        t = tok([TEMPLATE.format(p) for p in TE_BATCH], max_length=TOKENIZER_MAX_LENGTH + DROP_IDX, padding=True,
+                truncation=True, return_tensors="pt")
+        pe, pm = pipe.encode_prompt(TE_BATCH, device="cpu")
+        if pm is None or bool(pm.all()):
+            fail("batch encode_prompt has no padding; choose prompts of different lengths")
+        gb.attrs["max_sequence_length"] = np.int64(1024)
+        put(gb, "input_ids", t.input_ids, np.int64)
+        put(gb, "attention_mask", t.attention_mask, np.int64)
+        put(gb, "prompt_embeds", pe, np.float32)
+        put(gb, "prompt_embeds_mask", pm, np.int64)
+    log(f"text_encoder: wrote {len(TE_PROMPTS)} prompts and a batch of {len(TE_BATCH)} "
+        f"(prompt_embeds {tuple(pe.shape)})")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: transformer (tiny)
+
+def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
+    gen = torch.Generator().manual_seed(seed)
+    S = h * w
+    D = model.config.joint_attention_dim
+    x = torch.randn((batch, S, model.config.in_channels), generator=gen)
+    c = torch.randn((batch, L, D), generator=gen)
+    mask = None
+    if valid is not None:
+        mask = torch.zeros((batch, L), dtype=torch.int64)
+        for b, n in enumerate(valid):
+            mask[b, :n] = 1
+        c = c * mask[..., None].to(c.dtype)  # padded text rows are exact zeros, as encode_prompt makes them
+    tt = torch.tensor(tts, dtype=torch.float32)
+    img_shapes = [[(1, h, w)]] * batch
+
+    captured = {}
+    hooks = [model.time_text_embed.register_forward_hook(lambda m, a, o: captured.__setitem__("temb", o.clone()))]
+    for i, blk in enumerate(model.transformer_blocks):
+        def hook(m, a, o, i=i):
+            txt, img = o  # QwenImageTransformerBlock returns (encoder_hidden_states, hidden_states)
+            captured[f"block_{i}_txt"] = txt.clone()
+            captured[f"block_{i}_img"] = img.clone()
+        hooks.append(blk.register_forward_hook(hook))
+    try:
+        outp = model(hidden_states=x, encoder_hidden_states=c, encoder_hidden_states_mask=mask, timestep=tt,
+                     img_shapes=img_shapes, return_dict=False)[0]
+    finally:
+        for hk in hooks:
+            hk.remove()
+    g.attrs["h"] = np.int64(h)
+    g.attrs["w"] = np.int64(w)
+    g.attrs["input_seed"] = np.int64(seed)
+    g.attrs["has_mask"] = np.int64(mask is not None)
+    put(g, "hidden_states", x, np.float32)
+    put(g, "encoder_hidden_states", c, np.float32)
+    if mask is not None:
+        put(g, "encoder_hidden_states_mask", mask, np.int64)
+    put(g, "timestep", tt, np.float32)
+    put(g, "temb", captured["temb"], np.float32)
+    for i in range(len(model.transformer_blocks)):
+        put(g, f"block_{i}_txt", captured[f"block_{i}_txt"], np.float32)
+        put(g, f"block_{i}_img", captured[f"block_{i}_img"], np.float32)
+    put(g, "output", outp, np.float32)
+    return outp
+
+
+def stage_transformer(out):
+    pipe = load_tiny(out)
+    model = pipe.transformer
+    tts = [np.float32(0.9897).item(), np.float32(0.35).item()]
+    with h5_create(out / "transformer.h5", "tiny QwenImageTransformer2DModel: inputs, temb, per-block outputs, output") as f:
+        f.attrs["num_layers"] = np.int64(model.config.num_layers)
+        f.attrs["config"] = json.dumps({k: (list(v) if isinstance(v, tuple) else v) for k, v in model.config.items()
+                                        if not k.startswith("_")}, sort_keys=True)
+        g = f.create_group("cases")
+        o_even = run_transformer_case(model, g.create_group("even"), 11, 2, 4, 4, 7, [7, 4], tts)
+        run_transformer_case(model, g.create_group("odd"), 12, 2, 3, 5, 7, [7, 4], tts)
+        run_transformer_case(model, g.create_group("nomask"), 13, 1, 4, 4, 6, None, [np.float32(0.6).item()])
+        # Sanity: padding is really masked (row 1 must depend only on its 4 valid tokens).
+        if not torch.isfinite(o_even).all() or float(o_even.abs().max()) > 1e3:
+            fail("transformer output is not finite / exploded")
+    log("transformer: wrote cases even (4x4), odd (3x5), nomask (4x4)")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: VAE decoder (tiny) + real-config up_blocks.0 with regenerable weights
+
+VAE_SIZES = [(4, 4), (3, 5), (8, 8), (6, 10)]
+REAL_UPBLOCK_SEED_BASE = 20000
+REAL_UPBLOCK_INPUT_SEED = 777
+REAL_UPBLOCK_HW = (4, 4)
+
+
+def real_upblock_param_rule(name, shape):
+    """(offset, scale) with value = offset + scale * torch.randn(shape, generator=seed_k); scales are
+    powers of two so that `scale * randn` is exact in float32 (only the `+ offset` rounds)."""
+    leaf = name.split(".")[-1]
+    if leaf == "gamma":
+        return 1.0, 0.125
+    if leaf == "bias":
+        return 0.0, 0.0625
+    if len(shape) == 5:
+        fan_in = shape[1] * shape[3] * shape[4]
+    else:
+        fan_in = int(np.prod(shape[1:]))
+    return 0.0, 2.0 ** round(math.log2(1.0 / math.sqrt(fan_in)))
+
+
+def stage_vae(out):
+    pipe = load_tiny(out)
+    vae = pipe.vae
+    mean = torch.tensor(LATENTS_MEAN, dtype=torch.float32).view(1, 16, 1, 1, 1)
+    std = torch.tensor(LATENTS_STD, dtype=torch.float32).view(1, 16, 1, 1, 1)
+    with h5_create(out / "vae.h5", "tiny AutoencoderKLQwenImage decoder + real-config decoder.up_blocks.0") as f:
+        f.attrs["base_dim"] = np.int64(vae.config.base_dim)
+        g = f.create_group("cases")
+        clamp_fracs = []
+        for i, (h, w) in enumerate(VAE_SIZES):
+            gen = torch.Generator().manual_seed(300 + i)
+            z = torch.randn((1, 16, 1, h, w), generator=gen) * std + mean  # de-normalised latents
+            pre = {}
+            hooks = [vae.decoder.conv_out.register_forward_hook(lambda m, a, o: pre.__setitem__("x", o.clone()))]
+            if i == 0:  # intermediates of the first case only (debugging aid, small)
+                hooks.append(vae.post_quant_conv.register_forward_hook(lambda m, a, o: pre.__setitem__("post_quant_conv", o.clone())))
+                hooks.append(vae.decoder.conv_in.register_forward_hook(lambda m, a, o: pre.__setitem__("conv_in", o.clone())))
+                hooks.append(vae.decoder.mid_block.register_forward_hook(lambda m, a, o: pre.__setitem__("mid_block", o.clone())))
+                for j, ub in enumerate(vae.decoder.up_blocks):
+                    hooks.append(ub.register_forward_hook(lambda m, a, o, j=j: pre.__setitem__(f"up_block_{j}", o.clone())))
+            try:
+                dec = vae.decode(z, return_dict=False)[0]
+            finally:
+                for hk in hooks:
+                    hk.remove()
+            clamp_fracs.append(float((pre["x"].abs() >= 1).float().mean()))
+            c = g.create_group(f"{i:02d}")
+            c.attrs["h"] = np.int64(h)
+            c.attrs["w"] = np.int64(w)
+            c.attrs["seed"] = np.int64(300 + i)
+            put(c, "z", z, np.float32)
+            put(c, "decoded", dec, np.float32)
+            put(c, "decoded_unclamped", pre["x"], np.float32)
+            for name in ["post_quant_conv", "conv_in", "mid_block"] + [f"up_block_{j}" for j in range(4)]:
+                if name in pre:
+                    put(c, name, pre[name], np.float32)
+        if max(clamp_fracs) > 0.2:
+            fail(f"tiny VAE output clamped too often: {clamp_fracs}")
+        log(f"vae: tiny decoder cases {VAE_SIZES}; fraction clamped {['%.3f' % x for x in clamp_fracs]}")
+
+        # Real Qwen-Image decoder.up_blocks.0 (base_dim 96: 3 x Res(384->384), upsample3d 384->192),
+        # weights regenerable from seeds; only input and output are stored.
+        blk = QwenImageUpBlock(in_dim=384, out_dim=384, num_res_blocks=2, dropout=0.0, upsample_mode="upsample3d").eval()
+        gr = f.create_group("real_up_block0")
+        gr.attrs["module"] = "AutoencoderKLQwenImage(base_dim=96).decoder.up_blocks.0 (QwenImageUpBlock 384->384, upsample3d)"
+        gr.attrs["weight_rule"] = ("param_k = offset_k + scale_k * torch.randn(shape_k, generator=torch.Generator()"
+                                   ".manual_seed(seed_k), dtype=float32), k in state_dict order, "
+                                   "seed_k = seed_base + k; scale*randn is exact (powers of two), then one float32 add")
+        gr.attrs["seed_base"] = np.int64(REAL_UPBLOCK_SEED_BASE)
+        names, shapes, seeds, offsets, scales = [], [], [], [], []
+        sd = blk.state_dict()
+        for k, (name, p) in enumerate(sd.items()):
+            off, sc = real_upblock_param_rule(name, tuple(p.shape))
+            seed = REAL_UPBLOCK_SEED_BASE + k
+            r = torch.randn(p.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+            p.copy_(r * sc + off)
+            names.append(name)
+            shapes.append(list(p.shape))
+            seeds.append(seed)
+            offsets.append(off)
+            scales.append(sc)
+        pl = gr.create_group("params")
+        for k, name in enumerate(names):
+            pk = pl.create_group(f"{k:02d}")
+            pk.attrs["name"] = "decoder.up_blocks.0." + name
+            pk.attrs["seed"] = np.int64(seeds[k])
+            pk.attrs["offset"] = np.float64(offsets[k])
+            pk.attrs["scale"] = np.float64(scales[k])
+            put(pk, "shape", np.asarray(shapes[k], dtype=np.int64), np.int64)
+            # a few leading values, so a C++ regeneration can be checked before the forward pass
+            put(pk, "head", sd[name].reshape(-1)[:8], np.float32)
+        hh, ww = REAL_UPBLOCK_HW
+        x = torch.randn((1, 384, 1, hh, ww), generator=torch.Generator().manual_seed(REAL_UPBLOCK_INPUT_SEED))
+        y = blk(x)
+        gr.attrs["input_seed"] = np.int64(REAL_UPBLOCK_INPUT_SEED)
+        gr.attrs["input_rule"] = "input = torch.randn((1,384,1,h,w), generator=torch.Generator().manual_seed(input_seed))"
+        put(gr, "input", x, np.float32)
+        put(gr, "output", y, np.float32)
+        log(f"vae: real-config up_blocks.0 on {tuple(x.shape)} -> {tuple(y.shape)}, {len(names)} regenerable tensors")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: full pipeline (tiny)
+
+PIPE_PROMPTS = [
+    "A cat holding a sign that says hello world",
+    "\nA red fox jumping over a lazy dog, watercolor",
+    "東京の夜景、ネオンが輝く街 🌃 with a sign saying \"OPEN 24/7\"",
+]
+PIPE_SIZES = [(64, 64), (48, 80)]  # (height, width)
+PIPE_STEPS = 6
+
+
+def run_pipeline_case(pipe, prompt, negative, cfg_scale, height, width, seed):
+    rec = {"steps": [], "encode": [], "latents": []}
+    orig_encode = pipe.encode_prompt
+    orig_prepare = pipe.prepare_latents
+
+    def encode(*a, **k):
+        r = orig_encode(*a, **k)
+        rec["encode"].append((r[0].clone(), None if r[1] is None else r[1].clone()))
+        return r
+
+    def prepare(*a, **k):
+        r = orig_prepare(*a, **k)
+        rec["latents"].append(r.clone())
+        return r
+
+    def on_step(p, i, t, kw):
+        rec["steps"].append(kw["latents"].clone())
+        return kw
+
+    pipe.encode_prompt = encode
+    pipe.prepare_latents = prepare
+    try:
+        kwargs = dict(prompt=prompt, height=height, width=width, num_inference_steps=PIPE_STEPS,
+                      true_cfg_scale=cfg_scale, callback_on_step_end=on_step)
+        if negative is not None:
+            kwargs["negative_prompt"] = negative
+        lat = pipe(generator=torch.Generator().manual_seed(seed), output_type="latent", **kwargs).images
+        sigmas = pipe.scheduler.sigmas.clone()
+        timesteps = pipe.scheduler.timesteps.clone()
+        rec_lat = dict(rec)
+        rec["steps"], rec["encode"], rec["latents"] = [], [], []
+        img_np = pipe(generator=torch.Generator().manual_seed(seed), output_type="np", **kwargs).images
+        steps_np = list(rec["steps"])
+        rec["steps"] = []
+        img_pil = pipe(generator=torch.Generator().manual_seed(seed), output_type="pil", **kwargs).images
+    finally:
+        pipe.encode_prompt = orig_encode
+        pipe.prepare_latents = orig_prepare
+    for a, b in zip(rec_lat["steps"], steps_np):
+        if not torch.equal(a, b):
+            fail("pipeline: two identical runs differ (non-deterministic)")
+    return dict(final_latents=lat, sigmas=sigmas, timesteps=timesteps, steps=rec_lat["steps"],
+                encode=rec_lat["encode"], noise=rec_lat["latents"][0], image_float=img_np[0],
+                image_uint8=np.asarray(img_pil[0].convert("RGB"), dtype=np.uint8))
+
+
+def stage_pipeline(out):
+    pipe = load_tiny(out)
+    with h5_create(out / "pipeline.h5", "tiny QwenImagePipeline end to end (float32, CPU)") as f:
+        f.attrs["num_inference_steps"] = np.int64(PIPE_STEPS)
+        g = f.create_group("cases")
+        k = 0
+        for prompt in PIPE_PROMPTS:
+            for negative, scale in ((" ", 4.0), (None, 4.0)):
+                for (height, width) in PIPE_SIZES:
+                    seed = 5000 + k
+                    r = run_pipeline_case(pipe, prompt, negative, scale, height, width, seed)
+                    do_cfg = negative is not None and scale > 1
+                    c = g.create_group(f"{k:02d}")
+                    c.attrs["prompt"] = prompt
+                    c.attrs["negative_prompt"] = negative if negative is not None else ""
+                    c.attrs["true_cfg"] = np.int64(do_cfg)
+                    c.attrs["true_cfg_scale"] = np.float64(scale)
+                    c.attrs["height"] = np.int64(height)
+                    c.attrs["width"] = np.int64(width)
+                    c.attrs["steps"] = np.int64(PIPE_STEPS)
+                    c.attrs["seed"] = np.int64(seed)
+                    c.attrs["max_sequence_length"] = np.int64(512)
+                    put_text(c, "prompt_utf8", prompt)
+                    hl, wl = 2 * (height // 16), 2 * (width // 16)
+                    expect = pipe._pack_latents(torch_randn((1, 1, 16, hl, wl), seed), 1, 16, hl, wl)
+                    if not torch.equal(expect, r["noise"]):
+                        fail("pipeline: initial latents != pack(torch.randn((1,1,16,Hl,Wl), seed))")
+                    put(c, "noise", r["noise"], np.float32)
+                    pe, pm = r["encode"][0]
+                    put(c, "prompt_embeds", pe, np.float32)
+                    if pm is not None:
+                        fail("pipeline: single-prompt mask is not None")
+                    if do_cfg:
+                        ne, nm = r["encode"][1]
+                        put(c, "negative_prompt_embeds", ne, np.float32)
+                    elif len(r["encode"]) != 1:
+                        fail("pipeline: negative prompt encoded although CFG is off")
+                    put(c, "sigmas", r["sigmas"], np.float32)
+                    put(c, "timesteps", r["timesteps"], np.float32)
+                    for i, lat in enumerate(r["steps"]):
+                        put(c, f"latents_step_{i}", lat, np.float32)
+                    if not torch.equal(r["steps"][-1], r["final_latents"]):
+                        fail("pipeline: final latents != last step latents")
+                    put(c, "final_latents", r["final_latents"], np.float32)
+                    put(c, "image_float", r["image_float"], np.float32)
+                    put(c, "image_uint8", r["image_uint8"], np.uint8)
+                    ref_u8 = np.round(r["image_float"] * np.float32(255)).astype(np.uint8)
+                    if not np.array_equal(ref_u8, r["image_uint8"]):
+                        fail("pipeline: uint8 image != round(image_float * 255)")
+                    k += 1
+    log(f"pipeline: wrote {k} cases")
+
+
+# ------------------------------------------------------------------------------------------
+# Verification: regenerate into a temp dir and compare every dataset and attribute.
+
+def compare_h5(a_path, b_path):
+    diffs = []
+    with h5py.File(a_path, "r") as a, h5py.File(b_path, "r") as b:
+        def walk(name, obj):
+            if name not in b:
+                diffs.append(f"{name}: missing in the new file")
+                return
+            other = b[name]
+            skip = {"torch_num_threads"}
+            for k in obj.attrs:
+                if k in skip:
+                    continue
+                va, vb = obj.attrs[k], other.attrs.get(k)
+                if not np.array_equal(np.asarray(va), np.asarray(vb)):
+                    diffs.append(f"{name}@{k}: {va!r} != {vb!r}")
+            if isinstance(obj, h5py.Dataset):
+                x, y = obj[()], other[()]
+                if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                    diffs.append(f"{name}: data differs")
+        a.visititems(walk)
+        for k in a.attrs:  # root attributes (visititems skips the root)
+            if k != "torch_num_threads" and not np.array_equal(np.asarray(a.attrs[k]), np.asarray(b.attrs.get(k))):
+                diffs.append(f"/@{k}: {a.attrs[k]!r} != {b.attrs.get(k)!r}")
+
+        def walk_b(name, obj):
+            if name not in a:
+                diffs.append(f"{name}: only in the new file")
+        b.visititems(walk_b)
+    return diffs
+
+
+def verify(out, stages):
+    with tempfile.TemporaryDirectory(prefix="goldens_verify_") as td:
+        tmp = Path(td)
+        if any(s in stages for s in ("text_encoder", "transformer", "vae", "pipeline")) and "tiny" not in stages:
+            stages = ["tiny"] + stages
+        run_stages(tmp, stages)
+        bad = 0
+        for p in sorted(tmp.glob("*.h5")):
+            ref = out / p.name
+            if not ref.exists():
+                log(f"verify: {ref} does not exist")
+                bad += 1
+                continue
+            d = compare_h5(ref, p)
+            same_bytes = ref.read_bytes() == p.read_bytes()
+            log(f"verify: {p.name}: {'identical datasets' if not d else f'{len(d)} differences'}"
+                f"{', byte-identical file' if same_bytes else ''}")
+            for x in d[:20]:
+                log("    " + x)
+            bad += bool(d)
+        tp = tmp / "tiny-pipeline"
+        if tp.exists():
+            for p in sorted(x for x in tp.rglob("*") if x.is_file()):
+                ref = out / "tiny-pipeline" / p.relative_to(tp)
+                if not ref.exists() or ref.read_bytes() != p.read_bytes():
+                    log(f"verify: tiny-pipeline/{p.relative_to(tp)} differs")
+                    bad += 1
+            log("verify: tiny-pipeline compared file by file")
+        if bad:
+            fail(f"verify: {bad} files differ from the committed goldens")
+        log("verify: OK, regenerated goldens match the committed ones")
+
+
+def run_stages(out, stages):
+    out.mkdir(parents=True, exist_ok=True)
+    fns = {
+        "tokenizer": stage_tokenizer, "scheduler": stage_scheduler, "noise": stage_noise, "tiny": stage_tiny,
+        "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
+        "pipeline": stage_pipeline,
+    }
+    for s in STAGES:
+        if s in stages:
+            t0 = time.time()
+            torch.manual_seed(0)  # nothing should draw from the global generator; pin it anyway
+            fns[s](out)
+            log(f"stage {s} done in {time.time() - t0:.1f} s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "tests" / "data" / "golden"), help="output directory")
+    ap.add_argument("--only", default="", help="comma-separated stages: " + ",".join(STAGES))
+    ap.add_argument("--verify", action="store_true",
+                    help="regenerate into a temp dir and compare with the files in --out (no writes)")
+    ap.add_argument("--allow-other-versions", action="store_true",
+                    help="do not stop when the installed versions differ from the pins")
+    args = ap.parse_args()
+    stages = [s.strip() for s in args.only.split(",") if s.strip()] or list(STAGES)
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        ap.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
+    installed = {"torch": torch.__version__.split("+")[0], "diffusers": diffusers.__version__,
+                 "transformers": transformers.__version__, "numpy": np.__version__,
+                 "tokenizers": tokenizers.__version__, "h5py": h5py.__version__}
+    off = {k: v for k, v in installed.items() if v != PINNED[k]}
+    if off and not args.allow_other_versions:
+        fail(f"installed versions differ from the pins {PINNED}: {off} (run tools/golden/setup.sh)")
+    log(f"versions {installed}, cpu capability {torch.backends.cpu.get_cpu_capability()}, threads {torch.get_num_threads()}")
+    out = Path(args.out)
+    if args.verify:
+        verify(out, stages)
+    else:
+        run_stages(out, stages)
+
+
+if __name__ == "__main__":
+    main()
