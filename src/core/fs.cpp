@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 std::string temp_path_for(const std::string& final_path) {
   fs::path p(final_path);
   fs::path dir = p.parent_path();
-  std::string name = "." + p.filename().string() + ".tmp." + std::to_string(::getpid());
+  std::string name = fmt::format(".{}.tmp.{}", p.filename().string(), ::getpid());
   return (dir.empty() ? fs::path(name) : dir / name).string();
 }
 

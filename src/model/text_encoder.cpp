@@ -77,6 +77,10 @@ QwenTextEncoder::QwenTextEncoder(Backend& backend, const Component& component)
   bind(loader, &be_, config_, w_);
 }
 
+QwenTextEncoder::QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
+  bind(binder, &be_, config_, w_);
+}
+
 std::vector<WeightSpec> QwenTextEncoder::weight_specs(const TextEncoderConfig& config, const std::string& prefix) {
   SpecRecorder recorder;
   Weights unused;

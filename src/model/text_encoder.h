@@ -30,6 +30,8 @@ class QwenTextEncoder {
  public:
   // Accepts both the legacy "model.layers.*" and the newer "model.language_model.layers.*" names.
   QwenTextEncoder(Backend& backend, const Component& component);
+  // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
+  QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder);
   static std::vector<WeightSpec> weight_specs(const TextEncoderConfig& config, const std::string& prefix = "model.");
   const TextEncoderConfig& config() const { return config_; }
 

@@ -87,6 +87,10 @@ QwenImageTransformer::QwenImageTransformer(Backend& backend, const Component& co
   bind(loader, &be_, config_, w_);
 }
 
+QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
+  bind(binder, &be_, config_, w_);
+}
+
 std::vector<WeightSpec> QwenImageTransformer::weight_specs(const TransformerConfig& config) {
   SpecRecorder recorder;
   Weights unused;

@@ -42,6 +42,8 @@ class QwenImageTransformer {
  public:
   // Loads from the /transformer component of a weight file.
   QwenImageTransformer(Backend& backend, const Component& component);
+  // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
+  QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder);
   // The tensors a model with this config holds (for make-tiny and checks).
   static std::vector<WeightSpec> weight_specs(const TransformerConfig& config);
 

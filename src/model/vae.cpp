@@ -128,6 +128,10 @@ VaeDecoder::VaeDecoder(Backend& backend, const Component& component)
   bind(loader, &be_, config_, w_);
 }
 
+VaeDecoder::VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
+  bind(binder, &be_, config_, w_);
+}
+
 std::vector<WeightSpec> VaeDecoder::weight_specs(const VaeConfig& config) {
   SpecRecorder recorder;
   Weights unused;
@@ -157,6 +161,17 @@ Tensor VaeDecoder::mid_attention(const Tensor& x) {
   Tensor out = conv1x1(w_.attn_proj, o.view({H, W, C}));
   be_.add_(out, x);
   return out;
+}
+
+Tensor VaeDecoder::up_block(const UpBlock& up, Tensor x) {
+  for (const ResBlock& r : up.resnets) x = residual(r, x);
+  if (up.has_upsampler) x = conv3x3(up.upsample_conv, be_.upsample_nearest2x(x));
+  return x;
+}
+
+Tensor VaeDecoder::run_up_block(size_t index, const Tensor& x) {
+  DITBATCH_CHECK(index < w_.up_blocks.size(), "vae: up block {} of {}", index, w_.up_blocks.size());
+  return up_block(w_.up_blocks[index], x);
 }
 
 Tensor VaeDecoder::denormalize(const Tensor& latents) const {
@@ -189,10 +204,7 @@ Tensor VaeDecoder::decode(const Tensor& z) {
   x = residual(w_.mid0, x);
   x = mid_attention(x);
   x = residual(w_.mid1, x);
-  for (const UpBlock& up : w_.up_blocks) {
-    for (const ResBlock& r : up.resnets) x = residual(r, x);
-    if (up.has_upsampler) x = conv3x3(up.upsample_conv, be_.upsample_nearest2x(x));
-  }
+  for (const UpBlock& up : w_.up_blocks) x = up_block(up, x);
   x = conv3x3(w_.conv_out, be_.silu(be_.l2_norm_scale(x, w_.norm_out)));
   be_.clamp_(x, -1.0f, 1.0f);
   return x;  // [8h, 8w, 3]

@@ -28,6 +28,8 @@ struct VaeConfig {
 class VaeDecoder {
  public:
   VaeDecoder(Backend& backend, const Component& component);
+  // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
+  VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder);
   static std::vector<WeightSpec> weight_specs(const VaeConfig& config);
   const VaeConfig& config() const { return config_; }
 
@@ -36,6 +38,8 @@ class VaeDecoder {
   Tensor decode(const Tensor& z);
   // latents [z_dim, h, w] as the sampler leaves them -> z = latents / (1/std) + mean (spec §2.6).
   Tensor denormalize(const Tensor& latents) const;
+  // One stage of decode(), for tests and debugging: up_blocks[index] on NHWC x.
+  Tensor run_up_block(size_t index, const Tensor& x);
 
  private:
   struct Conv {  // a 3x3 conv as [Cout, 9*Cin] in (ky, kx, cin) order, or a 1x1 conv as [Cout, Cin]
@@ -62,6 +66,7 @@ class VaeDecoder {
   };
   static void bind(WeightBinder& binder, Backend* be, const VaeConfig& c, Weights& w);
   Tensor residual(const ResBlock& blk, const Tensor& x);
+  Tensor up_block(const UpBlock& up, Tensor x);
   Tensor conv3x3(const Conv& conv, const Tensor& x);
   Tensor conv1x1(const Conv& conv, const Tensor& x);
   Tensor mid_attention(const Tensor& x);

@@ -2,6 +2,7 @@
 // ditbatch binary, normalised error.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

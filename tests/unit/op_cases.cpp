@@ -1,0 +1,374 @@
+#include "op_cases.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace ditbatch::test {
+
+namespace {
+
+double at(const Tensor& t, int64_t i) { return static_cast<double>(t.data<float>()[i]); }
+
+Tensor ids_tensor(const std::vector<int64_t>& ids) {
+  Tensor t = Tensor::host({static_cast<int64_t>(ids.size())}, DType::I64);
+  std::copy(ids.begin(), ids.end(), t.data<int64_t>());
+  return t;
+}
+
+OpCase linear_case(int64_t M, int64_t K, int64_t N, bool bias, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("linear_M{}_K{}_N{}{}", M, K, N, bias ? "_bias" : "");
+  c.nmse_bound = 1e-12;
+  c.inputs = {{random_tensor({M, K}, seed), InputKind::Activation},
+              {random_tensor({N, K}, seed + 1, 0.5f), InputKind::Weight},
+              {random_tensor({N}, seed + 2), InputKind::Weight}};
+  c.run = [bias](Backend& be, std::vector<Tensor>& in) { return be.linear(in[0], in[1], bias ? &in[2] : nullptr); };
+  c.reference = [M, K, N, bias](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = bias ? at(in[2], j) : 0.0;
+        for (int64_t k = 0; k < K; ++k) s += at(in[0], i * K + k) * at(in[1], j * K + k);
+        y[static_cast<size_t>(i * N + j)] = s;
+      }
+    return y;
+  };
+  return c;
+}
+
+OpCase conv_case(int64_t H, int64_t W, int64_t Cin, int64_t Cout, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("conv2d_3x3_{}x{}_{}to{}", H, W, Cin, Cout);
+  c.nmse_bound = 1e-12;
+  c.inputs = {{random_tensor({H, W, Cin}, seed), InputKind::Activation},
+              {random_tensor({Cout, 9 * Cin}, seed + 1, 0.3f), InputKind::Weight},
+              {random_tensor({Cout}, seed + 2), InputKind::Weight}};
+  c.run = [](Backend& be, std::vector<Tensor>& in) { return be.conv2d_3x3(in[0], in[1], in[2]); };
+  c.reference = [H, W, Cin, Cout](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(H * W * Cout));
+    for (int64_t oy = 0; oy < H; ++oy)
+      for (int64_t ox = 0; ox < W; ++ox)
+        for (int64_t co = 0; co < Cout; ++co) {
+          double s = at(in[2], co);
+          for (int64_t ky = 0; ky < 3; ++ky)
+            for (int64_t kx = 0; kx < 3; ++kx) {
+              const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int64_t ci = 0; ci < Cin; ++ci)
+                s += at(in[0], (iy * W + ix) * Cin + ci) * at(in[1], co * 9 * Cin + (ky * 3 + kx) * Cin + ci);
+            }
+          y[static_cast<size_t>((oy * W + ox) * Cout + co)] = s;
+        }
+    return y;
+  };
+  return c;
+}
+
+OpCase attention_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t Dh, bool causal, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("attention_Lq{}_Lk{}_H{}_Hkv{}_D{}{}", Lq, Lk, H, Hkv, Dh, causal ? "_causal" : "");
+  c.nmse_bound = 1e-11;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  // Scores of a few units: a softmax that is neither flat nor one-hot.
+  c.inputs = {{random_tensor({Lq, H, Dh}, seed, 2.0f), InputKind::Activation},
+              {random_tensor({Lk, Hkv, Dh}, seed + 1, 2.0f), InputKind::Activation},
+              {random_tensor({Lk, Hkv, Dh}, seed + 2), InputKind::Activation}};
+  c.run = [scale, causal](Backend& be, std::vector<Tensor>& in) { return be.attention(in[0], in[1], in[2], scale, causal); };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(Lq * H * Dh));
+    std::vector<double> p(static_cast<size_t>(Lk));
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / Hkv);
+      for (int64_t i = 0; i < Lq; ++i) {
+        const int64_t n = causal ? i + 1 : Lk;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < Dh; ++d) s += at(in[0], (i * H + h) * Dh + d) * at(in[1], (j * Hkv + g) * Dh + d);
+          p[static_cast<size_t>(j)] = s * scale;
+          mx = std::max(mx, p[static_cast<size_t>(j)]);
+        }
+        for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+        for (int64_t d = 0; d < Dh; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < n; ++j) o += p[static_cast<size_t>(j)] * at(in[2], (j * Hkv + g) * Dh + d);
+          y[static_cast<size_t>((i * H + h) * Dh + d)] = o / sum;
+        }
+      }
+    }
+    return y;
+  };
+  return c;
+}
+
+// An op applied element by element (or row by row) with a float64 formula.
+OpCase unary_case(const std::string& name, Shape shape, float scale, uint32_t seed,
+                  std::function<Tensor(Backend&, Tensor&)> run, std::function<double(double)> f) {
+  OpCase c;
+  c.name = name;
+  c.nmse_bound = 1e-12;
+  c.inputs = {{random_tensor(shape, seed, scale), InputKind::Activation}};
+  c.run = [run](Backend& be, std::vector<Tensor>& in) { return run(be, in[0]); };
+  c.reference = [f](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(in[0].numel()));
+    for (int64_t i = 0; i < in[0].numel(); ++i) y[static_cast<size_t>(i)] = f(at(in[0], i));
+    return y;
+  };
+  return c;
+}
+
+// Per-row normalisation ops: reference(row values, row index) -> normalised row.
+OpCase row_case(const std::string& name, int64_t R, int64_t C, std::vector<OpInput> extra,
+                std::function<Tensor(Backend&, std::vector<Tensor>&)> run,
+                std::function<void(const std::vector<Tensor>&, int64_t, std::vector<double>&)> row_ref, uint32_t seed) {
+  OpCase c;
+  c.name = name;
+  c.nmse_bound = 1e-12;
+  c.inputs = {{random_tensor({R, C}, seed, 3.0f), InputKind::Fp32}};
+  for (auto& e : extra) c.inputs.push_back(e);
+  c.run = run;
+  c.reference = [R, C, row_ref](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(R * C)), row(static_cast<size_t>(C));
+    for (int64_t r = 0; r < R; ++r) {
+      row_ref(in, r, row);
+      std::copy(row.begin(), row.end(), y.begin() + r * C);
+    }
+    return y;
+  };
+  return c;
+}
+
+OpCase rope_case(bool interleaved, int64_t L, int64_t H, int64_t Dh, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("rope_{}_L{}_H{}_D{}", interleaved ? "interleaved" : "neox", L, H, Dh);
+  c.nmse_bound = 1e-13;
+  std::vector<float> angles = random_floats(static_cast<size_t>(L * Dh / 2), seed + 1, 50.0f);
+  std::vector<float> cs(angles.size()), sn(angles.size());
+  for (size_t i = 0; i < angles.size(); ++i) cs[i] = std::cos(angles[i]), sn[i] = std::sin(angles[i]);
+  c.inputs = {{random_tensor({L, H, Dh}, seed), InputKind::Activation},
+              {Tensor::host_f32({L, Dh / 2}, cs), InputKind::Fp32},
+              {Tensor::host_f32({L, Dh / 2}, sn), InputKind::Fp32}};
+  c.run = [interleaved](Backend& be, std::vector<Tensor>& in) {
+    if (interleaved) be.rope_interleaved_(in[0], in[1], in[2]);
+    else be.rope_neox_(in[0], in[1], in[2]);
+    return in[0];
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(L * H * Dh));
+    const int64_t half = Dh / 2;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t m = 0; m < half; ++m) {
+          const int64_t a_i = interleaved ? 2 * m : m, b_i = interleaved ? 2 * m + 1 : m + half;
+          const double a = at(in[0], (l * H + h) * Dh + a_i), b = at(in[0], (l * H + h) * Dh + b_i);
+          const double co = at(in[1], l * half + m), si = at(in[2], l * half + m);
+          y[static_cast<size_t>((l * H + h) * Dh + a_i)] = a * co - b * si;
+          y[static_cast<size_t>((l * H + h) * Dh + b_i)] = a * si + b * co;
+        }
+    return y;
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c) {
+  std::vector<Tensor> out;
+  for (const auto& in : c.inputs) {
+    switch (in.kind) {
+      case InputKind::Activation: out.push_back(be.upload(in.host, be.act_dtype())); break;
+      case InputKind::Fp32: out.push_back(be.upload(in.host, DType::F32)); break;
+      case InputKind::Weight: out.push_back(be.upload_weight(in.host)); break;
+      case InputKind::HostIds: out.push_back(in.host); break;
+    }
+  }
+  return out;
+}
+
+std::vector<OpCase> all_op_cases() {
+  std::vector<OpCase> cases;
+  // GEMMs: odd sizes, one with K larger than a cache block.
+  cases.push_back(linear_case(37, 70, 19, true, 1));
+  cases.push_back(linear_case(5, 300, 64, false, 2));
+  cases.push_back(linear_case(128, 64, 192, true, 3));
+  cases.push_back(conv_case(5, 7, 6, 4, 4));
+  cases.push_back(conv_case(16, 9, 16, 8, 5));
+  // Attention: DiT-like (non-causal, keys spanning several blocks), text encoder (causal GQA),
+  // VAE (one wide head).
+  cases.push_back(attention_case(37, 300, 4, 4, 16, false, 6));
+  cases.push_back(attention_case(130, 130, 4, 2, 16, true, 7));
+  cases.push_back(attention_case(70, 70, 1, 1, 24, false, 8));
+  cases.push_back(attention_case(300, 300, 2, 1, 32, true, 9));
+
+  const int64_t R = 33, C = 48;
+  cases.push_back(row_case(
+      "rms_norm", R, C, {{random_tensor({C}, 11), InputKind::Weight}},
+      [](Backend& be, std::vector<Tensor>& in) { return be.rms_norm(in[0], in[1], 1e-6f); },
+      [C](const std::vector<Tensor>& in, int64_t r, std::vector<double>& row) {
+        double ss = 0;
+        for (int64_t c = 0; c < C; ++c) ss += at(in[0], r * C + c) * at(in[0], r * C + c);
+        const double inv = 1.0 / std::sqrt(ss / C + 1e-6);
+        for (int64_t c = 0; c < C; ++c) row[static_cast<size_t>(c)] = at(in[0], r * C + c) * inv * at(in[1], c);
+      },
+      10));
+  cases.push_back(row_case(
+      "layer_norm_modulate", R, C, {{random_tensor({C}, 12), InputKind::Fp32}, {random_tensor({C}, 13), InputKind::Fp32}},
+      [](Backend& be, std::vector<Tensor>& in) { return be.layer_norm_modulate(in[0], in[1], in[2], 1e-6f); },
+      [C](const std::vector<Tensor>& in, int64_t r, std::vector<double>& row) {
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < C; ++c) mean += at(in[0], r * C + c);
+        mean /= C;
+        for (int64_t c = 0; c < C; ++c) var += (at(in[0], r * C + c) - mean) * (at(in[0], r * C + c) - mean);
+        const double rstd = 1.0 / std::sqrt(var / C + 1e-6);
+        for (int64_t c = 0; c < C; ++c)
+          row[static_cast<size_t>(c)] = (at(in[0], r * C + c) - mean) * rstd * (1.0 + at(in[2], c)) + at(in[1], c);
+      },
+      14));
+  cases.push_back(row_case(
+      "l2_norm_scale", R, C, {{random_tensor({C}, 15), InputKind::Weight}},
+      [](Backend& be, std::vector<Tensor>& in) { return be.l2_norm_scale(in[0], in[1]); },
+      [C](const std::vector<Tensor>& in, int64_t r, std::vector<double>& row) {
+        double ss = 0;
+        for (int64_t c = 0; c < C; ++c) ss += at(in[0], r * C + c) * at(in[0], r * C + c);
+        const double n = std::max(std::sqrt(ss), 1e-12);
+        for (int64_t c = 0; c < C; ++c)
+          row[static_cast<size_t>(c)] = at(in[0], r * C + c) / n * std::sqrt(static_cast<double>(C)) * at(in[1], c);
+      },
+      16));
+  cases.push_back(unary_case("silu", {17, 29}, 8.0f, 17, [](Backend& be, Tensor& x) { return be.silu(x); },
+                             [](double x) { return x / (1.0 + std::exp(-x)); }));
+  cases.push_back(unary_case("gelu_tanh", {17, 29}, 6.0f, 18, [](Backend& be, Tensor& x) { return be.gelu_tanh(x); },
+                             [](double x) {
+                               return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+                             }));
+  cases.push_back(unary_case("clamp_", {17, 29}, 2.0f, 19,
+                             [](Backend& be, Tensor& x) {
+                               be.clamp_(x, -1.0f, 1.0f);
+                               return x;
+                             },
+                             [](double x) { return std::min(1.0, std::max(-1.0, x)); }));
+  {
+    OpCase c;
+    c.name = "silu_mul";
+    c.nmse_bound = 1e-12;
+    c.inputs = {{random_tensor({9, 40}, 20, 6.0f), InputKind::Activation}, {random_tensor({9, 40}, 21), InputKind::Activation}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.silu_mul(in[0], in[1]); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(360);
+      for (int64_t i = 0; i < 360; ++i) y[static_cast<size_t>(i)] = at(in[0], i) / (1.0 + std::exp(-at(in[0], i))) * at(in[1], i);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "add_";
+    c.nmse_bound = 1e-14;
+    c.inputs = {{random_tensor({9, 40}, 22), InputKind::Fp32}, {random_tensor({9, 40}, 23), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.add_(in[0], in[1]);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(360);
+      for (int64_t i = 0; i < 360; ++i) y[static_cast<size_t>(i)] = at(in[0], i) + at(in[1], i);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "gated_add_";
+    c.nmse_bound = 1e-14;
+    c.inputs = {{random_tensor({9, 40}, 24, 100.0f), InputKind::Fp32},
+                {random_tensor({40}, 25), InputKind::Fp32},
+                {random_tensor({9, 40}, 26), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.gated_add_(in[0], in[1], in[2]);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(360);
+      for (int64_t i = 0; i < 360; ++i) y[static_cast<size_t>(i)] = at(in[0], i) + at(in[1], i % 40) * at(in[2], i);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  cases.push_back(rope_case(true, 11, 3, 16, 27));
+  cases.push_back(rope_case(false, 11, 3, 16, 28));
+  {
+    OpCase c;
+    c.name = "embedding";
+    c.nmse_bound = 0.0;
+    c.inputs = {{random_tensor({50, 12}, 29), InputKind::Weight}, {ids_tensor({3, 0, 49, 3, 17}), InputKind::HostIds}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.embedding(in[0], in[1]); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y;
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t d = 0; d < 12; ++d) y.push_back(at(in[0], in[1].data<int64_t>()[i] * 12 + d));
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "upsample_nearest2x";
+    c.nmse_bound = 0.0;
+    c.inputs = {{random_tensor({3, 5, 4}, 30), InputKind::Activation}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.upsample_nearest2x(in[0]); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y;
+      for (int64_t oy = 0; oy < 6; ++oy)
+        for (int64_t ox = 0; ox < 10; ++ox)
+          for (int64_t ch = 0; ch < 4; ++ch) y.push_back(at(in[0], ((oy / 2) * 5 + ox / 2) * 4 + ch));
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "cfg_combine";
+    c.nmse_bound = 1e-13;
+    c.inputs = {{random_tensor({15, 64}, 31), InputKind::Fp32}, {random_tensor({15, 64}, 32), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.cfg_combine(in[0], in[1], 4.0f); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(15 * 64);
+      for (int64_t r = 0; r < 15; ++r) {
+        double nc = 0, nm = 0;
+        for (int64_t k = 0; k < 64; ++k) {
+          const double cond = at(in[0], r * 64 + k), neg = at(in[1], r * 64 + k);
+          const double comb = neg + 4.0 * (cond - neg);
+          y[static_cast<size_t>(r * 64 + k)] = comb;
+          nc += cond * cond;
+          nm += comb * comb;
+        }
+        for (int64_t k = 0; k < 64; ++k) y[static_cast<size_t>(r * 64 + k)] *= std::sqrt(nc) / std::sqrt(nm);
+      }
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "euler_step_";
+    c.nmse_bound = 1e-14;
+    c.inputs = {{random_tensor({15, 64}, 33), InputKind::Fp32}, {random_tensor({15, 64}, 34), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.euler_step_(in[0], in[1], -0.0371f);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(15 * 64);
+      for (int64_t i = 0; i < 15 * 64; ++i)
+        y[static_cast<size_t>(i)] = at(in[0], i) + static_cast<double>(-0.0371f) * at(in[1], i);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+}  // namespace ditbatch::test

@@ -1,0 +1,41 @@
+// Every Backend op as a test case (ggml's test-backend-ops): random inputs (never zeros), a
+// float64 reference loop, and a normalised-error bound. test_cpu_ops.cpp checks the CPU
+// backend against the float64 reference; test_cuda_ops.cpp checks CUDA against the CPU.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace ditbatch::test {
+
+// How an input travels to a backend.
+enum class InputKind {
+  Activation,  // be.upload(t, be.act_dtype())
+  Fp32,        // be.upload(t, F32): residual streams, RoPE tables, sampler tensors
+  Weight,      // be.upload_weight(t)
+  HostIds,     // stays a host i64 tensor (token ids)
+};
+
+struct OpInput {
+  Tensor host;
+  InputKind kind;
+};
+
+struct OpCase {
+  std::string name;
+  double nmse_bound;  // fp32 CPU vs the float64 reference
+  std::vector<OpInput> inputs;
+  // Runs the op on backend copies of the inputs (in-place ops work on their copy).
+  std::function<Tensor(Backend&, std::vector<Tensor>&)> run;
+  // The float64 reference from the host inputs, flattened in the output's row-major order.
+  std::function<std::vector<double>(const std::vector<Tensor>&)> reference;
+};
+
+std::vector<OpCase> all_op_cases();
+// Uploads a case's inputs to a backend according to their kinds.
+std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c);
+
+}  // namespace ditbatch::test

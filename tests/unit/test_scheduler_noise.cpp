@@ -1,0 +1,108 @@
+// The scheduler's sigmas/timesteps and torch.randn noise, bit for bit against diffusers/torch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "io/h5.h"
+#include "io/weight_store.h"
+#include "model/noise.h"
+#include "model/scheduler.h"
+#include "test_util.h"
+
+using namespace ditbatch;
+
+namespace {
+
+// Bit equality, with any NaN equal to any NaN (diffusers' 1-step schedule is 0/0).
+bool same_bits(float a, float b) { return (std::isnan(a) && std::isnan(b)) || f32_bits(a) == f32_bits(b); }
+
+SchedulerConfig golden_scheduler_config() {
+  h5::File f = h5::File::open_read(test::golden("scheduler.h5"));
+  return SchedulerConfig::from(Config::parse(f.root().attr_string("scheduler_config"), "scheduler.h5"));
+}
+
+}  // namespace
+
+TEST(Scheduler, BitExactForEveryStepCountAndSequenceLength) {
+  SchedulerConfig config = golden_scheduler_config();
+  h5::File f = h5::File::open_read(test::golden("scheduler.h5"));
+  h5::Group root = f.root();
+  int checked = 0;
+  for (int64_t steps : root.attr_ints("steps")) {
+    for (int64_t seq : root.attr_ints("seq_lens")) {
+      h5::Group g = root.open_group(fmt::format("steps_{}", steps)).open_group(fmt::format("seq_{}", seq));
+      Tensor sigmas = g.read_tensor("sigmas"), timesteps = g.read_tensor("timesteps");
+      Schedule s = make_schedule(config, static_cast<int>(steps), seq);
+      EXPECT_EQ(s.mu, g.attr_double("mu")) << steps << " steps, S " << seq;
+      ASSERT_EQ(static_cast<int64_t>(s.sigmas.size()), sigmas.numel());
+      ASSERT_EQ(static_cast<int64_t>(s.timesteps.size()), timesteps.numel());
+      for (int64_t i = 0; i < sigmas.numel(); ++i)
+        EXPECT_TRUE(same_bits(s.sigmas[static_cast<size_t>(i)], sigmas.data<float>()[i]))
+            << steps << " steps, S " << seq << ", sigma " << i << ": " << s.sigmas[static_cast<size_t>(i)] << " vs "
+            << sigmas.data<float>()[i];
+      for (int64_t i = 0; i < timesteps.numel(); ++i)
+        EXPECT_TRUE(same_bits(s.timesteps[static_cast<size_t>(i)], timesteps.data<float>()[i]))
+            << steps << " steps, S " << seq << ", timestep " << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 49);
+}
+
+TEST(Scheduler, SpecReferenceValuesAt1024Squared) {
+  // qwen-image.md §3.5: 50 steps at 1024^2 (S = 4096), mu = 0.6935483870967742.
+  Schedule s = make_schedule(golden_scheduler_config(), 50, 4096);
+  EXPECT_DOUBLE_EQ(s.mu, 0.6935483870967742);
+  EXPECT_EQ(f32_bits(s.sigmas[1]), 0x3f7d5d0au);
+  EXPECT_EQ(f32_bits(s.sigmas[25]), 0x3f28fb5eu);
+  EXPECT_EQ(f32_bits(s.sigmas[49]), 0x3ca3d700u);
+  EXPECT_EQ(s.sigmas[50], 0.0f);
+  EXPECT_EQ(s.timesteps[0], 1000.0f);
+  // The (sigma*1000)/1000 round trip is not the identity in float32 for every step (spec §2.5:
+  // 2 of 20 and 2 of 28 steps differ), so the model time must come from the timestep.
+  int differs = 0;
+  for (int steps : {20, 28})
+    for (int64_t seq : {1024, 4096, 6889}) {
+      Schedule t = make_schedule(golden_scheduler_config(), steps, seq);
+      for (int i = 0; i < steps; ++i) {
+        differs += t.model_time(i) != t.sigmas[static_cast<size_t>(i)];
+        EXPECT_EQ(t.model_time(i), t.timesteps[static_cast<size_t>(i)] / 1000.0f);
+      }
+    }
+  EXPECT_GT(differs, 0);
+}
+
+TEST(Noise, BitExactWithTorchRandn) {
+  h5::File f = h5::File::open_read(test::golden("noise.h5"));
+  h5::Group cases = f.root().open_group("cases");
+  for (const auto& name : cases.members()) {
+    h5::Group c = cases.open_group(name);
+    Tensor expected = c.read_tensor("noise");
+    const uint64_t seed = static_cast<uint64_t>(c.attr_int("seed"));
+    std::vector<float> got = torch_randn(seed, expected.numel());
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < expected.numel(); ++i)
+      mismatches += f32_bits(got[static_cast<size_t>(i)]) != f32_bits(expected.data<float>()[i]);
+    EXPECT_EQ(mismatches, 0) << "case " << name << " seed " << seed << " numel " << expected.numel();
+  }
+}
+
+TEST(Noise, SpecTestVectorAndPacking) {
+  // qwen-image.md §6.6: randn((1,1,16,128,128), manual_seed(42)).
+  Tensor lat = initial_noise(42, 16, 128, 128);
+  const float* d = lat.data<float>();
+  const float first[8] = {1.92691529f, 1.48728406f, 0.900717199f, -2.10552096f,
+                          0.678418458f, -1.23454487f, -0.0430674776f, -1.60466695f};
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(d[i], first[i]);
+  EXPECT_FLOAT_EQ(d[lat.numel() - 1], -2.32941723f);
+  Tensor packed = pack_latents(lat);
+  ASSERT_EQ(packed.shape(), (Shape{4096, 64}));
+  const float token0[8] = {1.92691529f, 1.48728406f, 1.93116057f, 1.01186383f,
+                           -1.30465865f, 1.45070338f, 0.956631362f, -0.635082304f};
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(packed.data<float>()[i], token0[i]);
+  Tensor back = unpack_latents(packed, 64, 64);
+  EXPECT_EQ(std::memcmp(back.raw(), lat.raw(), lat.nbytes()), 0);
+}
