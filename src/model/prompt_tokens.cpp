@@ -43,8 +43,9 @@ std::string apply_prompt_template(std::string_view prompt_template, std::string_
       i = brace + (rest.starts_with("{}") ? 2 : 3);
       ++fields;
     } else {
-      fail_input("prompt template: '{}' at character {} is not part of \"{{}}\", \"{{{{\" or \"}}}}\" (template: \"{}\")",
-                 rest[0], brace, prompt_template);
+      fail_input(
+          "prompt template: '{}' at character {} is not part of \"{{}}\", \"{{{{\" or \"}}}}\" (template: \"{}\")",
+          rest[0], brace, prompt_template);
     }
   }
   if (fields != 1)

@@ -28,7 +28,7 @@ constexpr std::string_view kPretokenizePattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // Pieces longer than this are not cached (Hugging Face tokenizers uses the same bound): long
-// runs of spaces or digits-free words are rare and would only bloat the cache.
+// pieces (runs of spaces, very long words) rarely repeat and would only bloat the cache.
 constexpr size_t kMaxCachedPieceBytes = 256;
 // The cache is emptied when it reaches this many pieces, which bounds its memory for endless
 // prompt streams; a typical prompt set's vocabulary fits many times over.
@@ -116,8 +116,8 @@ struct MergeRule {
 
 struct MergeList {
   std::vector<MergeRule> rules;
-  std::string origin;     // "dir/merges.txt", "dir/tokenizer.json model.merges"
-  const char* unit;       // "line" or "index": how MergeRule::line reads in a message
+  std::string origin;  // "dir/merges.txt", "dir/tokenizer.json model.merges"
+  const char* unit;    // "line" or "index": how MergeRule::line reads in a message
 
   std::string where(const MergeRule& rule) const { return fmt::format("{} {} {}", origin, unit, rule.line); }
 };
@@ -250,9 +250,10 @@ void check_added_token_flags(const json& entry, const std::string& content, cons
   for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
     auto it = entry.find(flag);
     if (it != entry.end() && it->is_boolean() && it->get<bool>())
-      fail_input("{}: added token \"{}\" sets {}: true, which ditbatch does not support (Qwen2 tokenizers set "
-                 "it false)",
-                 file, content, flag);
+      fail_input(
+          "{}: added token \"{}\" sets {}: true, which ditbatch does not support (Qwen2 tokenizers set "
+          "it false)",
+          file, content, flag);
   }
 }
 
@@ -311,8 +312,7 @@ struct Tokenizer::Model {
 void Tokenizer::Model::add_symbol(std::string&& token, const json& id_json, const std::string& file) {
   const int32_t id = token_id_from_json(id_json, file, token);
   if (token.empty()) fail_input("{}: the empty string has id {}; symbols are never empty", file, id);
-  if (!token_of(id).empty())
-    fail_input("{}: id {} is given to both \"{}\" and \"{}\"", file, id, token_of(id), token);
+  if (!token_of(id).empty()) fail_input("{}: id {} is given to both \"{}\" and \"{}\"", file, id, token_of(id), token);
   auto [it, inserted] = vocab.emplace(std::move(token), id);
   if (!inserted) fail_input("{}: symbol \"{}\" appears twice", file, it->first);
   set_id(id, it->first, false);
@@ -459,7 +459,8 @@ Tokenizer Tokenizer::from_folder(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) fail_input("{}: not a tokenizer folder (no such directory)", dir);
   TokenizerFiles files;
-  for (const char* name : {"tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"}) {
+  for (const char* name :
+       {"tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"}) {
     const std::string path = (fs::path(dir) / name).string();
     if (file_exists(path)) files.emplace(name, read_file(path));
   }
@@ -495,8 +496,7 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
     model->vocab.reserve(vocab.size());
     for (const auto& [token, id] : vocab.items()) model->add_symbol(std::string(token), id, vocab_file);
     model->finish_vocab(vocab_file);
-    model->load_merges(parse_json_merges(require_member(bpe, "merges", vocab_file + " model"), vocab_file),
-                       vocab_file);
+    model->load_merges(parse_json_merges(require_member(bpe, "merges", vocab_file + " model"), vocab_file), vocab_file);
     if (tokenizer.contains("added_tokens")) {
       const json& list = tokenizer["added_tokens"];
       if (!list.is_array()) fail_input("{}: added_tokens is not an array", vocab_file);
@@ -515,9 +515,8 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
                    path_of(required));
     vocab_file = path_of("vocab.json");
     model->vocab.reserve(160000);  // Qwen2's 151,643 symbols without a rehash
-    VocabReader reader(vocab_file, [&](std::string&& token, const json& id) {
-      model->add_symbol(std::move(token), id, vocab_file);
-    });
+    VocabReader reader(
+        vocab_file, [&](std::string&& token, const json& id) { model->add_symbol(std::move(token), id, vocab_file); });
     reader.read(files.at("vocab.json"));
     model->finish_vocab(vocab_file);
     model->load_merges(parse_merges_txt(files.at("merges.txt"), path_of("merges.txt")), vocab_file);
@@ -527,7 +526,8 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
     const std::string file = path_of("added_tokens.json");
     const json list = parse_json_file(files, "added_tokens.json", where);
     if (!list.is_object()) fail_input("{}: expected an object {{\"token\": id, ...}}", file);
-    for (const auto& [content, id] : list.items()) added_rules.push_back({content, token_id_from_json(id, file, content), file});
+    for (const auto& [content, id] : list.items())
+      added_rules.push_back({content, token_id_from_json(id, file, content), file});
   }
   if (files.count("tokenizer_config.json")) {
     const std::string file = path_of("tokenizer_config.json");
@@ -582,9 +582,13 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(model_->id_to_token.size()); }
+int64_t Tokenizer::vocab_size() const {
+  return static_cast<int64_t>(model_->id_to_token.size());
+}
 
-const std::string& Tokenizer::source() const { return model_->where; }
+const std::string& Tokenizer::source() const {
+  return model_->where;
+}
 
 int64_t Tokenizer::token_id(std::string_view token) const {
   if (auto it = model_->added_ids.find(token); it != model_->added_ids.end()) return it->second;
@@ -646,7 +650,8 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<int64_t>& i
   splitter_->split(text, [&](std::string_view piece) { encode_piece(piece, ids); });
   if (cacheable) {
     if (segment_cache_.size() >= kMaxCachedSegments) segment_cache_.clear();
-    segment_cache_.emplace(std::string(segment), std::vector<int32_t>(ids.begin() + static_cast<ptrdiff_t>(first_id), ids.end()));
+    segment_cache_.emplace(std::string(segment),
+                           std::vector<int32_t>(ids.begin() + static_cast<ptrdiff_t>(first_id), ids.end()));
   }
 }
 
@@ -703,7 +708,8 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& ids) 
   }
 
   std::vector<int32_t> piece_ids;
-  for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next) piece_ids.push_back(symbols[static_cast<size_t>(i)].id);
+  for (int32_t i = 0; i >= 0; i = symbols[static_cast<size_t>(i)].next)
+    piece_ids.push_back(symbols[static_cast<size_t>(i)].id);
   ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
   if (piece.size() <= kMaxCachedPieceBytes) {
     if (piece_cache_.size() >= kMaxCachedPieces) piece_cache_.clear();
@@ -716,9 +722,11 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int64_t>& ids) 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string text;
   for (int64_t id : ids) {
-    const std::string_view token =
-        id < 0 || id > std::numeric_limits<int32_t>::max() ? std::string_view() : model_->token_of(static_cast<int32_t>(id));
-    if (token.empty()) fail_input("decode: id {} is not a token of {} (ids 0..{})", id, model_->where, vocab_size() - 1);
+    const std::string_view token = id < 0 || id > std::numeric_limits<int32_t>::max()
+                                       ? std::string_view()
+                                       : model_->token_of(static_cast<int32_t>(id));
+    if (token.empty())
+      fail_input("decode: id {} is not a token of {} (ids 0..{})", id, model_->where, vocab_size() - 1);
     if (model_->id_is_added[static_cast<size_t>(id)]) {
       text += token;
       continue;
@@ -728,7 +736,8 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
     utf8proc_ssize_t offset = 0;
     while (offset < static_cast<utf8proc_ssize_t>(token.size())) {
       utf8proc_int32_t cp = 0;
-      const utf8proc_ssize_t len = utf8proc_iterate(bytes + offset, static_cast<utf8proc_ssize_t>(token.size()) - offset, &cp);
+      const utf8proc_ssize_t len =
+          utf8proc_iterate(bytes + offset, static_cast<utf8proc_ssize_t>(token.size()) - offset, &cp);
       auto it = len > 0 ? model_->codepoint_to_byte.find(static_cast<char32_t>(cp)) : model_->codepoint_to_byte.end();
       if (it == model_->codepoint_to_byte.end())
         fail_input("decode: symbol \"{}\" (id {}) of {} is not byte-level BPE text", token, id, model_->where);

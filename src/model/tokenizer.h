@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@ class WeightStore;
 // A tokenizer folder's files by name ("vocab.json" -> its bytes).
 using TokenizerFiles = std::map<std::string, std::string>;
 
-// Thread safety: one instance per thread. encode() fills a per-instance cache and uses a
+// Thread safety: one instance per thread. encode() fills per-instance caches and uses a
 // per-instance regex match state, so an instance must not be used by two threads at once.
 // Copies are cheap and independent: they share the immutable vocabulary and merges, and get
 // their own regex and an empty cache. Give each thread its own copy.
@@ -54,8 +55,8 @@ class Tokenizer {
   const std::string& source() const;
 
  private:
-  struct Model;          // vocabulary, merges, added tokens: immutable, shared by copies
-  class PieceSplitter;   // the pre-tokenizer regex with its match state: one per instance
+  struct Model;         // vocabulary, merges, added tokens: immutable, shared by copies
+  class PieceSplitter;  // the pre-tokenizer regex with its match state: one per instance
 
   // Heterogeneous lookup, so that a cache probe with a string_view allocates nothing.
   struct StringHash {
