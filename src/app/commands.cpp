@@ -19,8 +19,10 @@ struct CommandInfo {
 const std::map<std::string, CommandInfo>& commands() {
   static const std::map<std::string, CommandInfo> table = {
       {"convert", {cmd_convert, "turn a Hugging Face diffusers folder into a ditbatch .h5"}},
+      {"generate", {cmd_generate, "make one PNG per prompt (the main job)"}},
       {"inspect", {cmd_inspect, "show what a ditbatch .h5 holds"}},
       {"make-tiny", {cmd_make_tiny, "write a tiny random Qwen-Image pipeline (tests, demo)"}},
+      {"tokenize", {cmd_tokenize, "print the token ids of prompts (JSON lines on stdin)"}},
   };
   return table;
 }

@@ -11,7 +11,9 @@ int run_command_line(int argc, char** argv);
 
 // Each takes the arguments after the command name.
 int cmd_convert(const std::vector<std::string>& args);
+int cmd_generate(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_make_tiny(const std::vector<std::string>& args);
+int cmd_tokenize(const std::vector<std::string>& args);
 
 }  // namespace ditbatch

@@ -21,7 +21,7 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    fail_input("ditbatch {}: {} (see ditbatch {} --help)", command, e.what(), command);
+    fail_input("{} (see ditbatch {} --help)", e.what(), command);
   }
   return true;
 }

@@ -161,6 +161,16 @@ File File::create(const std::string& path) {
   return f;
 }
 
+File File::open_rw(const std::string& path) {
+  silence_hdf5();
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (id < 0) fail_input("{}: cannot open for writing: {}", path, last_error());
+  File f;
+  f.handle_ = Handle(id, H5Fclose);
+  f.path_ = path;
+  return f;
+}
+
 Group File::root() const {
   hid_t g = H5Gopen2(handle_.id(), "/", H5P_DEFAULT);
   if (g < 0) fail_input("{}: cannot open the root group: {}", path_, last_error());
@@ -411,6 +421,13 @@ Tensor Group::read_tensor(const std::string& name) const {
   Tensor t = Tensor::host(info.shape, info.dtype);
   read_dataset_raw(name, t.raw());
   return t;
+}
+
+void Group::overwrite_dataset(const std::string& name, const void* data) const {
+  DatasetInfo info = dataset_info(name);
+  Handle d = open_dataset(*this, name);
+  if (shape_numel(info.shape) > 0 && H5Dwrite(d.id(), file_type(info.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    fail("{}: cannot write dataset: {}", where(name), last_error());
 }
 
 std::string Group::read_bytes(const std::string& name) const {

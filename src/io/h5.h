@@ -83,6 +83,8 @@ class Group {
   // A host tensor in the stored dtype.
   Tensor read_tensor(const std::string& name) const;
   std::string read_bytes(const std::string& name) const;
+  // Overwrites an existing dataset's elements (same stored type and element count).
+  void overwrite_dataset(const std::string& name, const void* data) const;
 
  private:
   Handle handle_;
@@ -96,6 +98,8 @@ class File {
   static File open_read(const std::string& path);
   // Creates (truncating) a file for writing.
   static File create(const std::string& path);
+  // Opens an existing file for reading and writing (tools and tests that patch a dataset).
+  static File open_rw(const std::string& path);
   Group root() const;
   const std::string& path() const { return path_; }
   void flush() const;

@@ -1,0 +1,17 @@
+// Choosing the backend: --backend auto|cpu|cuda. auto takes CUDA when this build has it and a
+// GPU answers, else the CPU backend (which every test here runs).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/log.h"
+
+namespace ditbatch {
+
+std::unique_ptr<Backend> make_backend(const std::string& kind, int device, const Log& log);
+// Number of usable GPUs (0 without a CUDA build or without a GPU).
+int visible_gpu_count();
+
+}  // namespace ditbatch

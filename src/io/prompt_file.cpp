@@ -1,0 +1,121 @@
+#include "io/prompt_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace ditbatch {
+
+namespace {
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::vector<std::string> split_lines(const std::string& contents) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < contents.size()) {
+    size_t end = contents.find('\n', start);
+    if (end == std::string::npos) end = contents.size();
+    std::string line = contents.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+// One field of a jsonl object, type-checked; errors say file:line, the field, what was found.
+template <typename T>
+std::optional<T> field(const nlohmann::json& obj, const char* key, const std::string& where) {
+  if (!obj.contains(key) || obj[key].is_null()) return std::nullopt;
+  const auto& v = obj[key];
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) fail_input("{}: \"{}\" must be a string, found {}", where, key, v.dump());
+    return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!v.is_number()) fail_input("{}: \"{}\" must be a number, found {}", where, key, v.dump());
+    return v.get<double>();
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned()))
+      fail_input("{}: \"{}\" must be a non-negative integer, found {}", where, key, v.dump());
+    return v.get<uint64_t>();
+  } else {
+    if (!v.is_number_integer()) fail_input("{}: \"{}\" must be an integer, found {}", where, key, v.dump());
+    return v.get<int64_t>();
+  }
+}
+
+PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) {
+  nlohmann::json obj;
+  try {
+    obj = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input("{}: not valid JSON: {}", where, e.what());
+  }
+  if (!obj.is_object()) fail_input("{}: each line must be a JSON object like {{\"prompt\": \"...\"}}", where);
+  static const std::set<std::string> known = {"prompt", "negative_prompt", "seed", "width", "height",
+                                              "steps",  "cfg",             "name"};
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (!known.count(it.key()))
+      fail_input("{}: unknown field \"{}\" (allowed: prompt, negative_prompt, seed, width, height, steps, cfg, name)",
+                 where, it.key());
+  PromptEntry e;
+  e.origin = where;
+  auto prompt = field<std::string>(obj, "prompt", where);
+  if (!prompt) fail_input("{}: missing \"prompt\"", where);
+  e.prompt = *prompt;
+  e.negative_prompt = field<std::string>(obj, "negative_prompt", where);
+  e.seed = field<uint64_t>(obj, "seed", where);
+  e.width = field<int64_t>(obj, "width", where);
+  e.height = field<int64_t>(obj, "height", where);
+  e.steps = field<int64_t>(obj, "steps", where);
+  e.cfg = field<double>(obj, "cfg", where);
+  e.name = field<std::string>(obj, "name", where);
+  return e;
+}
+
+}  // namespace
+
+std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const std::string& name) {
+  const bool jsonl = name.ends_with(".jsonl");
+  if (!jsonl && !name.ends_with(".txt"))
+    fail_input("{}: unknown prompt file type (use .txt, one prompt per line, or .jsonl)", name);
+  std::vector<PromptEntry> entries;
+  const auto lines = split_lines(contents);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string where = fmt::format("{}:{}", name, i + 1);
+    const std::string& line = lines[i];
+    if (!valid_utf8(line)) fail_input("{}: not valid UTF-8", where);
+    if (blank(line)) continue;
+    if (jsonl) {
+      entries.push_back(parse_jsonl_line(line, where));
+    } else {
+      if (line[0] == '#') continue;  // a comment; the prompt text itself is kept verbatim
+      PromptEntry e;
+      e.prompt = line;
+      e.origin = where;
+      entries.push_back(std::move(e));
+    }
+  }
+  return entries;
+}
+
+std::vector<PromptEntry> read_prompt_file(const std::string& path) { return parse_prompt_text(read_file(path), path); }
+
+}  // namespace ditbatch

@@ -1,0 +1,30 @@
+// Prompt input: --prompt TEXT (repeatable) or --prompts FILE, where FILE is
+//   .txt    one prompt per line; blank lines and lines starting with '#' are skipped;
+//   .jsonl  one JSON object per line: "prompt" (required) and optional "negative_prompt",
+//           "seed", "width", "height", "steps", "cfg", "name"; any other key is an error.
+// The whole file is validated before anything else happens; errors name file:line and field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ditbatch {
+
+struct PromptEntry {
+  std::string prompt;
+  std::optional<std::string> negative_prompt;
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> width, height, steps;
+  std::optional<double> cfg;
+  std::optional<std::string> name;
+  std::string origin;  // "prompts.jsonl:12" or "--prompt #2", for messages
+};
+
+// Reads and validates a .txt or .jsonl prompt file (any other extension is an error).
+std::vector<PromptEntry> read_prompt_file(const std::string& path);
+// Parses prompt file contents; `name` is used in messages and decides the format by extension.
+std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const std::string& name);
+
+}  // namespace ditbatch

@@ -1,0 +1,92 @@
+#include "pipeline/job.h"
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+
+namespace ditbatch {
+
+std::string slugify(const std::string& text) {
+  std::string slug;
+  for (char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) && c < 0x80) {
+      slug += static_cast<char>(std::tolower(c));
+    } else if (!slug.empty() && slug.back() != '-') {
+      slug += '-';
+    }
+    if (slug.size() >= 48) break;
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "image" : slug;
+}
+
+namespace {
+
+constexpr int64_t kMaxSide = 8192;  // 4x the model card's largest size; beyond is a typo, not a wish
+
+int64_t resolve_side(int64_t value, const char* what, const std::string& origin, const Log& log) {
+  if (value < 16 || value > kMaxSide)
+    fail_input("{}: {} {} is out of range (16..{} pixels)", origin, what, value, kMaxSide);
+  if (value % 16 != 0) {
+    const int64_t floored = value / 16 * 16;
+    log.warn("{}: {} {} is not a multiple of 16; using {} (as diffusers does)", origin, what, value, floored);
+    return floored;
+  }
+  return value;
+}
+
+bool valid_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name == "." || name == ".." || name[0] == '.') return false;
+  for (char c : name)
+    if (c == '/' || c == '\\' || c == '\0' || static_cast<unsigned char>(c) < 0x20) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& d,
+                                   const Log& log) {
+  std::vector<ImageJob> jobs;
+  std::map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const PromptEntry& e = entries[i];
+    ImageJob j;
+    j.index = static_cast<int64_t>(i);
+    j.origin = e.origin;
+    j.prompt = e.prompt;
+    j.negative_prompt = e.negative_prompt.value_or(d.negative_prompt);
+    j.seed = e.seed ? *e.seed : d.seed + static_cast<uint64_t>(i);
+    j.width = resolve_side(e.width.value_or(d.width), "width", e.origin, log);
+    j.height = resolve_side(e.height.value_or(d.height), "height", e.origin, log);
+    j.steps = e.steps.value_or(d.steps);
+    if (j.steps < 2 || j.steps > 1000)
+      fail_input("{}: steps {} is out of range (2..1000; one step makes diffusers' shift_terminal schedule divide 0 "
+                 "by 0)",
+                 e.origin, j.steps);
+    const double cfg = e.cfg.value_or(d.cfg);
+    if (!(cfg >= 1.0) || !std::isfinite(cfg) || cfg > 100.0)
+      fail_input("{}: cfg {} is out of range (1..100; 1 turns true CFG off)", e.origin, cfg);
+    j.cfg = static_cast<float>(cfg);
+    j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
+    if (e.name) {
+      std::string name = *e.name;
+      if (name.ends_with(".png")) name.resize(name.size() - 4);
+      if (!valid_file_name(name))
+        fail_input("{}: \"name\" \"{}\" is not a plain file name (no '/', no leading '.', at most 200 bytes)",
+                   e.origin, *e.name);
+      j.file_stem = name;
+    } else {
+      j.file_stem = fmt::format("{:06d}-{}", i, slugify(e.prompt));
+    }
+    auto [it, inserted] = stems.emplace(j.file_stem, e.origin);
+    if (!inserted)
+      fail_input("{}: name \"{}\" is already used by {}; each image needs its own file", e.origin, j.file_stem,
+                 it->second);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,48 @@
+// One image to make, with every setting resolved: the unit of work of a generate run.
+// The image depends only on (weights, prompt, negative prompt, seed, size, steps, cfg) and its
+// global index, never on which process makes it or when.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "io/prompt_file.h"
+
+namespace ditbatch {
+
+// Command-line defaults, overridden per prompt by a jsonl line. The model card's settings.
+struct GenerationDefaults {
+  int64_t width = 1024, height = 1024, steps = 50;
+  double cfg = 4.0;
+  std::string negative_prompt = " ";
+  uint64_t seed = 0;
+};
+
+struct ImageJob {
+  int64_t index = 0;  // global prompt index (0-based), decides the file name and default seed
+  std::string prompt, negative_prompt;
+  uint64_t seed = 0;
+  int64_t width = 0, height = 0, steps = 0;
+  float cfg = 1.0f;
+  bool true_cfg = false;  // cfg > 1 and a non-empty negative prompt, as diffusers decides
+  std::string file_stem;  // "000012-a-red-fox" or the entry's name
+  std::string origin;     // where the prompt came from, for messages
+
+  int64_t latent_h() const { return 2 * (height / 16); }  // 2 * floor(H/16): the VAE's 8x grid
+  int64_t latent_w() const { return 2 * (width / 16); }
+  int64_t grid_h() const { return height / 16; }  // the packed token grid
+  int64_t grid_w() const { return width / 16; }
+};
+
+// Resolves and validates every entry before any work: sizes (multiples of 16 after flooring,
+// with a warning as diffusers gives; 0, negative or > 8192 px is an error), steps (>= 2),
+// cfg (>= 1), unique file names. Seeds: the entry's own, else defaults.seed + index.
+std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& defaults,
+                                   const Log& log);
+
+// "A red fox, jumping!" -> "a-red-fox-jumping" (ASCII letters and digits, at most 48 chars).
+std::string slugify(const std::string& text);
+
+}  // namespace ditbatch

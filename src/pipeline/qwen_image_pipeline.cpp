@@ -1,0 +1,132 @@
+#include "pipeline/qwen_image_pipeline.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "model/noise.h"
+
+namespace ditbatch {
+
+QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weights, const Log& log,
+                                     int64_t max_sequence_length)
+    : be_(backend), weights_(weights), log_(log), max_sequence_length_(max_sequence_length) {
+  if (max_sequence_length < 1 || max_sequence_length > kQwenImageTokenizerMaxLength)
+    fail_input("max_sequence_length {} must be 1..{}, as diffusers allows", max_sequence_length,
+               kQwenImageTokenizerMaxLength);
+  template_ = PromptTemplate::from_weights(weights);
+  scheduler_ = SchedulerConfig::from(weights.component("scheduler").config());
+  // Validate every config now: a wrong file fails before any image work starts.
+  TransformerConfig::from(weights.component("transformer").config());
+  VaeConfig::from(weights.component("vae").config());
+  TextEncoderConfig::from(weights.component("text_encoder").config());
+  tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_weights(weights));
+}
+
+QwenImagePipeline::~QwenImagePipeline() = default;
+
+int64_t QwenImagePipeline::latent_channels() const {
+  return TransformerConfig::from(weights_.component("transformer").config()).out_channels;
+}
+
+PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, StageTimes* times) {
+  Stopwatch watch;
+  if (!text_encoder_) {
+    Stopwatch load;
+    text_encoder_ = std::make_unique<QwenTextEncoder>(be_, weights_.component("text_encoder"));
+    log_.info("text encoder loaded ({} layers, hidden {}) in {:.1f} s", text_encoder_->config().num_hidden_layers,
+              text_encoder_->config().hidden_size, load.seconds());
+  }
+  PromptTokens tokens = tokenize_prompt(*tokenizer_, prompt, template_, max_sequence_length_);
+  Tensor hidden = text_encoder_->encode(tokens.ids);  // [n, hidden] after the final norm
+  // Keep rows [drop_idx, drop_idx + count): a copy, so the full sequence can be freed.
+  PromptEmbedding out;
+  out.tokens = tokens.keep_count;
+  out.embeds = be_.empty({tokens.keep_count, hidden.dim(1)}, DType::F32);
+  be_.copy_rows_(out.embeds, 0, hidden.slice0(tokens.keep_first, tokens.keep_first + tokens.keep_count));
+  be_.synchronize();
+  if (times) times->text_encoder += watch.seconds();
+  return out;
+}
+
+void QwenImagePipeline::release_text_encoder() {
+  if (text_encoder_) log_.info("text encoder released");
+  text_encoder_.reset();
+}
+
+void QwenImagePipeline::load_denoiser() {
+  if (transformer_ && vae_) return;
+  Stopwatch load;
+  transformer_ = std::make_unique<QwenImageTransformer>(be_, weights_.component("transformer"));
+  vae_ = std::make_unique<VaeDecoder>(be_, weights_.component("vae"));
+  if (transformer_->config().out_channels != vae_->config().z_dim)
+    fail_input("{}: transformer out_channels {} != vae z_dim {}", weights_.path(), transformer_->config().out_channels,
+               vae_->config().z_dim);
+  log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,
+            transformer_->config().num_attention_heads, transformer_->config().attention_head_dim, load.seconds());
+}
+
+bool all_finite(const Tensor& host) {
+  const float* p = host.data<float>();
+  for (int64_t i = 0; i < host.numel(); ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
+void postprocess_image(const Tensor& decoded, Tensor& image_01, std::vector<uint8_t>& rgb) {
+  image_01 = Tensor::host(decoded.shape());
+  rgb.resize(static_cast<size_t>(decoded.numel()));
+  const float* src = decoded.data<float>();
+  float* dst = image_01.data<float>();
+  for (int64_t i = 0; i < decoded.numel(); ++i) {
+    const float x = std::min(std::max(src[i] * 0.5f + 0.5f, 0.0f), 1.0f);
+    dst[i] = x;
+    rgb[static_cast<size_t>(i)] = static_cast<uint8_t>(std::nearbyint(x * 255.0f));  // ties to even, as np.round
+  }
+}
+
+GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbedding& prompt,
+                                           const PromptEmbedding* negative, const StepCallback& on_step,
+                                           StageTimes& times) {
+  load_denoiser();
+  DITBATCH_CHECK(!job.true_cfg || negative, "generate: true CFG needs a negative prompt embedding");
+  GeneratedImage result;
+  const int64_t h = job.grid_h(), w = job.grid_w(), S = h * w;
+  const int64_t channels = transformer_->config().out_channels;
+
+  Stopwatch denoise_watch;
+  // torch.randn((1, 1, C, Hl, Wl), generator=manual_seed(seed)), packed to [S, 4C].
+  Tensor latents = be_.upload(pack_latents(initial_noise(job.seed, channels, job.latent_h(), job.latent_w())), DType::F32);
+  const Schedule schedule = make_schedule(scheduler_, static_cast<int>(job.steps), S);
+  for (int i = 0; i < schedule.steps(); ++i) {
+    // Timestep-only work once per step, shared by the cond and negative passes.
+    TimestepConditioning cond = transformer_->condition(schedule.model_time(i));
+    Tensor velocity = transformer_->forward(latents, prompt.embeds, prompt.tokens, h, w, cond);
+    if (job.true_cfg) {
+      Tensor negative_velocity = transformer_->forward(latents, negative->embeds, negative->tokens, h, w, cond);
+      velocity = be_.cfg_combine(velocity, negative_velocity, job.cfg);
+    }
+    be_.euler_step_(latents, velocity, schedule.dt(i));
+    if (on_step) on_step(i + 1, schedule.steps());
+  }
+  result.latents = be_.to_host_f32(latents);
+  times.transformer += denoise_watch.seconds();
+  if (!all_finite(result.latents)) {
+    result.error = fmt::format("NaN or Inf in the latents after {} steps (a bad weight or an overflow)", job.steps);
+    return result;
+  }
+
+  Stopwatch vae_watch;
+  Tensor z = vae_->denormalize(unpack_latents(result.latents, h, w));  // [C, Hl, Wl]
+  Tensor decoded = be_.to_host_f32(vae_->decode(z));                   // [H, W, 3] in [-1, 1]
+  times.vae += vae_watch.seconds();
+  if (!all_finite(decoded)) {
+    result.error = "NaN or Inf in the decoded image (VAE)";
+    return result;
+  }
+  postprocess_image(decoded, result.image, result.rgb);
+  result.ok = true;
+  return result;
+}
+
+}  // namespace ditbatch

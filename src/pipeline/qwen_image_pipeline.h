@@ -1,0 +1,80 @@
+// QwenImagePipeline (text-to-image) on any backend: encode the prompt and the negative prompt,
+// draw the seed's noise, N Euler steps of the transformer with true CFG, unpack, de-normalise,
+// VAE decode, uint8 RGB. Spec qwen-image.md §2; one image at a time, so every image is
+// independent of batch composition and placement.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/log.h"
+#include "io/weight_store.h"
+#include "model/prompt_tokens.h"
+#include "model/scheduler.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
+#include "pipeline/job.h"
+
+namespace ditbatch {
+
+struct PromptEmbedding {
+  Tensor embeds;       // [L, joint_attention_dim] on the backend: the kept encoder rows
+  int64_t tokens = 0;  // L
+};
+
+struct StageTimes {
+  double text_encoder = 0, transformer = 0, vae = 0;
+};
+
+struct GeneratedImage {
+  bool ok = false;
+  std::string error;         // why not, e.g. "NaN in the latents after step 50"
+  Tensor latents;            // host f32 [S, 64], packed, after the last step
+  Tensor image;              // host f32 [H, W, 3] in [0, 1] (diffusers' output_type="np")
+  std::vector<uint8_t> rgb;  // [H, W, 3] (output_type="pil")
+};
+
+class QwenImagePipeline {
+ public:
+  // Opens the components; the text encoder, transformer and VAE load on first use, so that a
+  // process can encode every prompt, release the encoder, and only then load the denoiser.
+  QwenImagePipeline(Backend& backend, const WeightStore& weights, const Log& log,
+                    int64_t max_sequence_length = kDefaultMaxSequenceLength);
+  ~QwenImagePipeline();
+
+  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr);
+  void release_text_encoder();  // frees its weights (--offload-text-encoder)
+  void load_denoiser();         // transformer + VAE; idempotent
+
+  // Called after each step with (steps done, steps total); may throw to abandon the image.
+  using StepCallback = std::function<void(int, int)>;
+  GeneratedImage generate(const ImageJob& job, const PromptEmbedding& prompt, const PromptEmbedding* negative,
+                          const StepCallback& on_step, StageTimes& times);
+
+  const SchedulerConfig& scheduler_config() const { return scheduler_; }
+  Backend& backend() { return be_; }
+  int64_t latent_channels() const;
+
+ private:
+  Backend& be_;
+  const WeightStore& weights_;
+  const Log& log_;
+  int64_t max_sequence_length_;
+  PromptTemplate template_;
+  SchedulerConfig scheduler_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<QwenTextEncoder> text_encoder_;
+  std::unique_ptr<QwenImageTransformer> transformer_;
+  std::unique_ptr<VaeDecoder> vae_;
+};
+
+// diffusers' postprocess: x = clamp(img * 0.5 + 0.5, 0, 1) (float32), u8 = round_half_even(x * 255).
+void postprocess_image(const Tensor& decoded, Tensor& image_01, std::vector<uint8_t>& rgb);
+bool all_finite(const Tensor& host);
+
+}  // namespace ditbatch

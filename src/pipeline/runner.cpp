@@ -1,0 +1,230 @@
+#include "pipeline/runner.h"
+
+#include <chrono>
+#include <ctime>
+#include <map>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/sha256.h"
+#include "core/timer.h"
+#include "io/h5.h"
+#include "pipeline/stop_signal.h"
+
+namespace ditbatch {
+
+namespace {
+
+// Thrown from the step callback to abandon the current image on a stop signal.
+struct Abandoned {};
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string build_version() { return fmt::format("ditbatch {} ({})", DITBATCH_VERSION, DITBATCH_GIT_COMMIT); }
+
+nlohmann::json job_record(const ImageJob& job) {
+  return {{"index", job.index},
+          {"prompt", job.prompt},
+          {"negative_prompt", job.true_cfg ? job.negative_prompt : ""},
+          {"seed", job.seed},
+          {"width", job.width},
+          {"height", job.height},
+          {"steps", job.steps},
+          {"cfg", job.true_cfg ? job.cfg : 1.0f},
+          {"true_cfg", job.true_cfg},
+          {"file", job.file_stem + ".png"}};
+}
+
+void write_latents_file(const std::string& path, const ImageJob& job, const Tensor& latents) {
+  const std::string tmp = temp_path_for(path);
+  {
+    h5::File f = h5::File::create(tmp);
+    h5::Group root = f.root();
+    root.write_tensor("latents", latents.view({1, latents.dim(0), latents.dim(1)}));  // diffusers' [B, S, 64]
+    root.set_attr("seed", static_cast<int64_t>(job.seed));
+    root.set_attr("height", job.height);
+    root.set_attr("width", job.width);
+    root.set_attr("steps", job.steps);
+  }
+  commit_file(tmp, path);
+}
+
+}  // namespace
+
+OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
+  return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe()};
+}
+
+std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
+
+bool image_is_complete(const std::string& out_dir, const ImageJob& job,
+                       const std::map<int64_t, nlohmann::json>& manifest) {
+  auto it = manifest.find(job.index);
+  if (it == manifest.end() || it->second.value("status", "") != "ok" ||
+      it->second.value("file", "") != job.file_stem + ".png")
+    return false;
+  const std::string path = png_path(out_dir, job);
+  if (!file_exists(path) || !png_is_complete(path)) return false;
+  return sha256_file(path) == it->second.value("sha256", "");
+}
+
+PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
+  const float cfg = job.true_cfg ? job.cfg : 1.0f;
+  std::string parameters = job.prompt + "\n";
+  if (job.true_cfg) parameters += "Negative prompt: " + job.negative_prompt + "\n";
+  parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
+                            "Model hash: {}, Model: {}, Version: {}",
+                            job.steps, cfg, job.seed, job.width, job.height, p.model_checksum.substr(0, 10),
+                            p.model_name, build_version());
+  return {{"parameters", parameters},
+          {"prompt", job.prompt},
+          {"negative_prompt", job.true_cfg ? job.negative_prompt : ""},
+          {"seed", std::to_string(job.seed)},
+          {"steps", std::to_string(job.steps)},
+          {"cfg", fmt::format("{}", cfg)},
+          {"size", fmt::format("{}x{}", job.width, job.height)},
+          {"scheduler", p.scheduler},
+          {"model", p.model_name},
+          {"model_checksum", p.model_checksum},
+          {"software", build_version()}};
+}
+
+namespace {
+
+// Prompt embeddings for the images of one run. With --offload-text-encoder every prompt this
+// process will make is encoded up front and kept on the host; the encoder is then freed
+// before the denoiser loads. Negative prompts (usually the one " ") are encoded once.
+class EmbeddingCache {
+ public:
+  explicit EmbeddingCache(QwenImagePipeline& pipeline) : pipeline_(pipeline) {}
+
+  void preencode(const std::vector<std::string>& texts, const Log& log) {
+    Stopwatch watch;
+    StageTimes ignored;
+    for (const auto& t : texts)
+      if (!host_.count(t)) host_[t] = pipeline_.backend().to_host_f32(pipeline_.encode_prompt(t, &ignored).embeds);
+    log.info("encoded {} prompts in {:.1f} s; releasing the text encoder", host_.size(), watch.seconds());
+    pipeline_.release_text_encoder();
+  }
+
+  PromptEmbedding get(const std::string& text, bool reuse, StageTimes& times) {
+    if (auto it = reused_.find(text); it != reused_.end()) return it->second;
+    PromptEmbedding e;
+    if (auto it = host_.find(text); it != host_.end()) {
+      e.embeds = pipeline_.backend().upload(it->second, DType::F32);
+      e.tokens = it->second.dim(0);
+    } else {
+      e = pipeline_.encode_prompt(text, &times);
+    }
+    if (reuse) reused_[text] = e;
+    return e;
+  }
+
+ private:
+  QwenImagePipeline& pipeline_;
+  std::map<std::string, Tensor> host_;
+  std::map<std::string, PromptEmbedding> reused_;
+};
+
+}  // namespace
+
+RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
+                          const RunOptions& opt, const OutputProvenance& provenance, Progress& progress,
+                          const Log& log) {
+  Stopwatch run_watch;
+  RunSummary summary;
+  ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
+  const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
+  auto done_already = [&](const ImageJob& job) {
+    return !opt.overwrite && image_is_complete(opt.out_dir, job, previous);
+  };
+
+  EmbeddingCache embeddings(pipeline);
+  if (opt.offload_text_encoder) {
+    auto planned = work.planned();
+    DITBATCH_CHECK(planned.has_value(), "--offload-text-encoder needs a work source that knows its images up front");
+    std::vector<std::string> texts;
+    for (int64_t i : *planned) {
+      const ImageJob& job = jobs[static_cast<size_t>(i)];
+      if (done_already(job)) continue;
+      texts.push_back(job.prompt);
+      if (job.true_cfg) texts.push_back(job.negative_prompt);
+    }
+    embeddings.preencode(texts, log);
+  }
+
+  while (true) {
+    if (stop_requested()) {
+      summary.stopped_by_signal = true;
+      log.warn("signal {} received: taking no new images", stop_signal_number());
+      break;
+    }
+    std::optional<int64_t> next = work.next();
+    if (!next) break;
+    const ImageJob& job = jobs[static_cast<size_t>(*next)];
+    if (done_already(job)) {
+      ++summary.skipped;
+      progress.image_skipped();
+      log.debug("image {} ({}) is complete: skipped", job.index, job.file_stem);
+      continue;
+    }
+    progress.image_started(job.index);
+    Stopwatch image_watch;
+    StageTimes times;
+    nlohmann::json record = job_record(job);
+    GeneratedImage image;
+    try {
+      PromptEmbedding prompt = embeddings.get(job.prompt, false, times);
+      std::optional<PromptEmbedding> negative;
+      if (job.true_cfg) negative = embeddings.get(job.negative_prompt, true, times);
+      image = pipeline.generate(job, prompt, negative ? &*negative : nullptr,
+                                [&](int done, int total) {
+                                  progress.step(done, total);
+                                  if (opt.on_signal == OnSignal::Abandon && stop_requested()) throw Abandoned{};
+                                },
+                                times);
+    } catch (const Abandoned&) {
+      summary.stopped_by_signal = true;
+      log.warn("signal {} received: abandoning image {} ({})", stop_signal_number(), job.index, job.file_stem);
+      break;
+    }
+    record["timings"] = {{"text_encoder_s", times.text_encoder},
+                         {"transformer_s", times.transformer},
+                         {"vae_s", times.vae},
+                         {"total_s", image_watch.seconds()}};
+    record["host"] = opt.host;
+    record["rank"] = opt.rank;
+    if (image.ok) {
+      const std::string path = png_path(opt.out_dir, job);
+      const std::string bytes =
+          write_png_atomic(path, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
+      if (opt.write_latents) write_latents_file(opt.out_dir + "/" + job.file_stem + ".latents.h5", job, image.latents);
+      record["status"] = "ok";
+      record["sha256"] = sha256_hex(bytes);
+      ++summary.done;
+      log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,
+               job.file_stem + ".png", image_watch.seconds(), times.text_encoder, times.transformer, times.vae);
+    } else {
+      record["status"] = "failed";
+      record["error"] = image.error;
+      ++summary.failed;
+      log.error("image {} ({}) failed: {}; no PNG written", job.index, job.origin, image.error);
+    }
+    record["finished"] = utc_now();
+    record["model"] = provenance.model_name;
+    record["model_checksum"] = provenance.model_checksum;
+    manifest.append(record);
+    progress.image_finished();
+  }
+  summary.seconds = run_watch.seconds();
+  return summary;
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,82 @@
+// The generate loop of one process: take the next image from a WorkSource, skip it if its PNG
+// is already complete, make it, write the PNG atomically and its manifest line. MPI (#7) only
+// changes the WorkSource; nothing here knows about ranks beyond a number for the records.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "io/manifest.h"
+#include "io/png_io.h"
+#include "pipeline/job.h"
+#include "pipeline/progress.h"
+#include "pipeline/qwen_image_pipeline.h"
+
+namespace ditbatch {
+
+// Which image a process makes next (an index into the job list).
+class WorkSource {
+ public:
+  virtual ~WorkSource() = default;
+  virtual std::optional<int64_t> next() = 0;
+  // Every index this source will hand out, when known up front (static shards); needed to
+  // encode all prompts before releasing the text encoder.
+  virtual std::optional<std::vector<int64_t>> planned() const = 0;
+};
+
+// A fixed list of indices, in order.
+class ListWork final : public WorkSource {
+ public:
+  explicit ListWork(std::vector<int64_t> indices) : indices_(std::move(indices)) {}
+  std::optional<int64_t> next() override {
+    if (pos_ >= indices_.size()) return std::nullopt;
+    return indices_[pos_++];
+  }
+  std::optional<std::vector<int64_t>> planned() const override { return indices_; }
+
+ private:
+  std::vector<int64_t> indices_;
+  size_t pos_ = 0;
+};
+
+enum class OnSignal { Finish, Abandon };
+
+struct RunOptions {
+  std::string out_dir;
+  bool overwrite = false;
+  bool write_latents = false;          // --output-type latent: also <stem>.latents.h5
+  bool offload_text_encoder = false;
+  OnSignal on_signal = OnSignal::Finish;
+  std::string run_id;                  // names this run's manifest part
+  int rank = 0;
+  std::string host;
+};
+
+struct RunSummary {
+  int64_t done = 0, skipped = 0, failed = 0;
+  bool stopped_by_signal = false;  // stopped early: images may be left (exit kExitRequeue)
+  double seconds = 0;
+};
+
+// What every PNG and manifest line says about the model and the build.
+struct OutputProvenance {
+  std::string model_name, model_checksum, scheduler;
+  static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
+};
+
+// The PNG's path for a job, and whether it is already made (complete PNG listed "ok" in the
+// manifest with the same sha256).
+std::string png_path(const std::string& out_dir, const ImageJob& job);
+bool image_is_complete(const std::string& out_dir, const ImageJob& job,
+                       const std::map<int64_t, nlohmann::json>& manifest);
+
+RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
+                          const RunOptions& options, const OutputProvenance& provenance, Progress& progress,
+                          const Log& log);
+
+// The PNG text chunks for an image (A1111 "parameters" first, then one chunk per setting).
+PngText png_metadata(const ImageJob& job, const OutputProvenance& provenance);
+
+}  // namespace ditbatch

@@ -1,0 +1,239 @@
+// `ditbatch generate` end to end on the tiny model: PNGs with their settings inside, the
+// manifest, reproducible bytes, resume (also after kill -9), the NaN guard, early errors.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "core/sha256.h"
+#include "io/h5.h"
+#include "io/manifest.h"
+#include "io/png_io.h"
+#include "io/weight_store.h"
+#include "test_util.h"
+#include "tiny_model.h"
+
+using namespace ditbatch;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string generate_cmd(const std::string& out, const std::string& extra) {
+  return fmt::format("{} generate --weights {} --out {} --width 64 --height 48 --steps 4 {}", test::exe(),
+                     test::tiny_model(), out, extra);
+}
+
+std::map<std::string, std::string> text_of(const PngImage& png) {
+  return std::map<std::string, std::string>(png.text.begin(), png.text.end());
+}
+
+std::vector<std::string> pngs_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".png") names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
+  TempDir dir;
+  test::write_text(dir / "p.jsonl",
+                   "{\"prompt\": \"A red fox in the snow\", \"seed\": 7}\n"
+                   "{\"prompt\": \"東京の夜景 🌃\", \"negative_prompt\": \"\", \"name\": \"tokyo\"}\n");
+  auto r = test::run(generate_cmd(dir / "out", "--prompts " + (dir / "p.jsonl") + " --seed 100"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-a-red-fox-in-the-snow.png", "tokyo.png"}));
+
+  const std::string checksum = WeightStore::open(test::tiny_model()).checksum();
+  PngImage fox = read_png(dir / "out/000000-a-red-fox-in-the-snow.png");
+  EXPECT_EQ(fox.width, 64);
+  EXPECT_EQ(fox.height, 48);
+  auto t = text_of(fox);
+  EXPECT_EQ(t["prompt"], "A red fox in the snow");
+  EXPECT_EQ(t["negative_prompt"], " ");
+  EXPECT_EQ(t["seed"], "7");
+  EXPECT_EQ(t["steps"], "4");
+  EXPECT_EQ(t["cfg"], "4");
+  EXPECT_EQ(t["size"], "64x48");
+  EXPECT_EQ(t["model_checksum"], checksum);
+  EXPECT_NE(t["scheduler"].find("shift_terminal=0.02"), std::string::npos) << t["scheduler"];
+  EXPECT_NE(t["software"].find("ditbatch"), std::string::npos);
+  EXPECT_EQ(t["parameters"].rfind("A red fox in the snow\nNegative prompt:  \nSteps: 4, Sampler: FlowMatchEulerDiscrete, "
+                                  "CFG scale: 4, Seed: 7, Size: 64x48",
+                                  0),
+            0u)
+      << t["parameters"];
+  auto tokyo = text_of(read_png(dir / "out/tokyo.png"));
+  EXPECT_EQ(tokyo["prompt"], "東京の夜景 🌃");  // UTF-8 through iTXt
+  EXPECT_EQ(tokyo["seed"], "101");            // --seed + index
+  EXPECT_EQ(tokyo["cfg"], "1");               // empty negative prompt: no CFG
+  EXPECT_EQ(tokyo["parameters"].find("Negative prompt"), std::string::npos);
+
+  auto manifest = read_manifest(dir / "out");
+  ASSERT_EQ(manifest.size(), 2u);
+  EXPECT_FALSE(fs::exists(dir / "out/.manifest")) << "parts are merged and removed at the end";
+  const auto& line = manifest.at(0);
+  EXPECT_EQ(line["status"], "ok");
+  EXPECT_EQ(line["file"], "000000-a-red-fox-in-the-snow.png");
+  EXPECT_EQ(line["seed"], 7);
+  EXPECT_EQ(line["sha256"], sha256_file(dir / "out/000000-a-red-fox-in-the-snow.png"));
+  EXPECT_EQ(line["model_checksum"], checksum);
+  for (const char* k : {"text_encoder_s", "transformer_s", "vae_s", "total_s"}) EXPECT_TRUE(line["timings"].contains(k));
+  EXPECT_EQ(manifest.at(1)["true_cfg"], false);
+}
+
+TEST(Generate, SameJobTwiceGivesIdenticalBytesAndResumeSkipsCompleteImages) {
+  TempDir dir;
+  const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --prompt 'a city'";
+  ASSERT_EQ(test::run(generate_cmd(dir / "a", prompts)).status, 0);
+  ASSERT_EQ(test::run(generate_cmd(dir / "b", prompts)).status, 0);
+  for (const auto& name : pngs_in(dir / "a"))
+    EXPECT_EQ(test::read_text(dir / ("a/" + name)), test::read_text(dir / ("b/" + name))) << name;
+
+  auto again = test::run(generate_cmd(dir / "a", prompts));
+  EXPECT_EQ(again.status, 0);
+  EXPECT_NE(again.output.find("0 done, 3 skipped, 0 failed"), std::string::npos) << again.output;
+
+  // A deleted PNG and a cut one are made again; the complete one is skipped.
+  const auto names = pngs_in(dir / "a");
+  fs::remove(dir / ("a/" + names[0]));
+  const std::string cut = test::read_text(dir / ("a/" + names[1]));
+  test::write_text(dir / ("a/" + names[1]), cut.substr(0, cut.size() / 2));
+  auto resumed = test::run(generate_cmd(dir / "a", prompts));
+  EXPECT_EQ(resumed.status, 0);
+  EXPECT_NE(resumed.output.find("2 done, 1 skipped, 0 failed"), std::string::npos) << resumed.output;
+  for (const auto& name : names) EXPECT_EQ(test::read_text(dir / ("a/" + name)), test::read_text(dir / ("b/" + name)));
+  EXPECT_EQ(read_manifest(dir / "a").size(), 3u);
+
+  auto overwrite = test::run(generate_cmd(dir / "a", prompts + " --overwrite"));
+  EXPECT_NE(overwrite.output.find("3 done, 0 skipped"), std::string::npos) << overwrite.output;
+}
+
+TEST(Generate, KilledRunLeavesNoPartialPngAndResumes) {
+  TempDir dir;
+  std::string prompts;
+  for (int i = 0; i < 6; ++i) prompts += fmt::format(" --prompt 'scene number {}'", i);
+  ASSERT_EQ(test::run(generate_cmd(dir / "ref", prompts)).status, 0);
+
+  const std::string cmd = generate_cmd(dir / "out", prompts) + " > " + (dir / "log.txt") + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    _exit(127);
+  }
+  // Kill it once it has written some images but not all.
+  for (int i = 0; i < 600 && pngs_in(dir.path()).empty(); ++i) {
+    if (fs::exists(dir / "out") && pngs_in(dir / "out").size() >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << test::read_text(dir / "log.txt");
+  const auto partial = pngs_in(dir / "out");
+  EXPECT_LT(partial.size(), 6u) << "the run finished before the kill; the test proves nothing";
+  for (const auto& name : partial) EXPECT_TRUE(png_is_complete(dir / ("out/" + name))) << name;
+
+  auto resumed = test::run(generate_cmd(dir / "out", prompts));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(pngs_in(dir / "out"), pngs_in(dir / "ref"));
+  for (const auto& name : pngs_in(dir / "ref"))
+    EXPECT_EQ(test::read_text(dir / ("out/" + name)), test::read_text(dir / ("ref/" + name))) << name;
+  auto manifest = read_manifest(dir / "out");
+  EXPECT_EQ(manifest.size(), 6u);
+  for (const auto& [i, line] : manifest) EXPECT_EQ(line["status"], "ok");
+}
+
+TEST(Generate, NanWeightFailsTheImageNotTheRun) {
+  TempDir dir;
+  fs::copy_file(test::tiny_model(), dir / "nan.h5");
+  {
+    h5::File f = h5::File::open_rw(dir / "nan.h5");
+    h5::Group t = f.root().open_group("transformer");
+    Tensor bias = t.read_tensor("proj_out.bias");
+    bias.data<float>()[5] = std::nanf("");
+    t.overwrite_dataset("proj_out.bias", bias.raw());
+  }
+  auto r = test::run(fmt::format("{} generate --weights {} --out {} --width 32 --height 32 --steps 2 --prompt a --prompt b",
+                                 test::exe(), dir / "nan.h5", dir / "out"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("0 done, 0 skipped, 2 failed"), std::string::npos) << r.output;
+  EXPECT_TRUE(pngs_in(dir / "out").empty());
+  auto manifest = read_manifest(dir / "out");
+  ASSERT_EQ(manifest.size(), 2u);
+  EXPECT_EQ(manifest.at(1)["status"], "failed");
+  EXPECT_NE(manifest.at(1)["error"].get<std::string>().find("NaN"), std::string::npos);
+}
+
+TEST(Generate, LatentOutputBesideThePng) {
+  TempDir dir;
+  ASSERT_EQ(test::run(generate_cmd(dir / "out", "--prompt x --output-type latent")).status, 0);
+  h5::File f = h5::File::open_read(dir / "out/000000-x.latents.h5");
+  EXPECT_EQ(f.root().dataset_info("latents").shape, (Shape{1, 12, 64}));  // 48x64 px -> 3x4 tokens
+  EXPECT_EQ(f.root().attr_int("seed"), 0);
+}
+
+TEST(Generate, BadInputIsReportedBeforeAnyWork) {
+  TempDir dir;
+  test::write_text(dir / "bad.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"steps\": \"many\"}\n");
+  auto r = test::run(generate_cmd(dir / "out", "--prompts " + (dir / "bad.jsonl")));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("bad.jsonl:2: \"steps\" must be an integer"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out")) << "nothing is created for a bad prompt file";
+
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x", test::exe(), dir / "missing.h5", dir / "out"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("missing.h5: no such file"), std::string::npos) << r.output;
+
+  test::write_text(dir / "a-file", "x");
+  r = test::run(generate_cmd(dir / "a-file/out", "--prompt x"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("cannot create the folder"), std::string::npos) << r.output;
+
+  r = test::run(generate_cmd(dir / "out", ""));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("give either --prompt"), std::string::npos) << r.output;
+
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x --width 0", test::exe(), test::tiny_model(),
+                            dir / "out"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("width 0 is out of range"), std::string::npos) << r.output;
+}
+
+TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
+  TempDir dir;
+  std::string prompts;
+  for (int i = 0; i < 8; ++i) prompts += fmt::format(" --prompt 'p{}'", i);
+  const std::string cmd = generate_cmd(dir / "out", prompts) + " > " + (dir / "log.txt") + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 600; ++i) {
+    if (fs::exists(dir / "out") && !pngs_in(dir / "out").empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGUSR1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir / "log.txt");
+  EXPECT_NE(test::read_text(dir / "log.txt").find("taking no new images"), std::string::npos);
+  const size_t made = pngs_in(dir / "out").size();
+  EXPECT_LT(made, 8u);
+  EXPECT_EQ(read_manifest(dir / "out").size(), made);  // the manifest was flushed and merged
+  auto resumed = test::run(generate_cmd(dir / "out", prompts));
+  EXPECT_EQ(resumed.status, 0);
+  EXPECT_EQ(pngs_in(dir / "out").size(), 8u);
+}

@@ -1,0 +1,110 @@
+// Prompt files (.txt and .jsonl) and the resolution of prompts into image jobs.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "io/prompt_file.h"
+#include "pipeline/job.h"
+
+using namespace ditbatch;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+std::vector<ImageJob> jobs_of(const std::string& text, const std::string& name, GenerationDefaults d = {}) {
+  return resolve_jobs(parse_prompt_text(text, name), d, Log::quiet());
+}
+
+}  // namespace
+
+TEST(PromptFile, TxtSkipsBlankAndCommentLinesAndKeepsTextVerbatim) {
+  auto e = parse_prompt_text("# a comment\nA red fox\n\n   \n  leading spaces kept\r\nlast without newline", "p.txt");
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].prompt, "A red fox");
+  EXPECT_EQ(e[0].origin, "p.txt:2");
+  EXPECT_EQ(e[1].prompt, "  leading spaces kept");  // CRLF's CR removed, spaces kept
+  EXPECT_EQ(e[2].prompt, "last without newline");
+  EXPECT_EQ(e[2].origin, "p.txt:6");
+}
+
+TEST(PromptFile, JsonlFieldsAndDefaults) {
+  const std::string text =
+      R"({"prompt": "a cat", "seed": 42, "width": 512, "height": 256, "steps": 20, "cfg": 2.5, "name": "cat"})"
+      "\n"
+      R"({"prompt": "a dog", "negative_prompt": "blurry"})"
+      "\n\n"
+      R"({"prompt": "no cfg", "negative_prompt": ""})"
+      "\n";
+  GenerationDefaults d;
+  d.seed = 100;
+  auto jobs = jobs_of(text, "p.jsonl", d);
+  ASSERT_EQ(jobs.size(), 3u);
+  EXPECT_EQ(jobs[0].seed, 42u);
+  EXPECT_EQ(jobs[0].width, 512);
+  EXPECT_EQ(jobs[0].height, 256);
+  EXPECT_EQ(jobs[0].steps, 20);
+  EXPECT_FLOAT_EQ(jobs[0].cfg, 2.5f);
+  EXPECT_EQ(jobs[0].file_stem, "cat");
+  EXPECT_EQ(jobs[0].negative_prompt, " ");  // the default negative prompt: true CFG on
+  EXPECT_TRUE(jobs[0].true_cfg);
+  EXPECT_EQ(jobs[1].seed, 101u);  // --seed + index
+  EXPECT_EQ(jobs[1].negative_prompt, "blurry");
+  EXPECT_EQ(jobs[1].file_stem, "000001-a-dog");
+  EXPECT_EQ(jobs[1].width, 1024);
+  EXPECT_EQ(jobs[1].steps, 50);
+  EXPECT_FALSE(jobs[2].true_cfg);  // an empty negative prompt turns CFG off
+  EXPECT_EQ(jobs[2].origin, "p.jsonl:4");
+}
+
+TEST(PromptFile, CfgOneTurnsCfgOffAndSizesAreFloored) {
+  GenerationDefaults d;
+  d.cfg = 1.0;
+  d.width = 1000;
+  d.height = 1023;
+  auto jobs = jobs_of("x\n", "p.txt", d);
+  EXPECT_FALSE(jobs[0].true_cfg);
+  EXPECT_EQ(jobs[0].width, 992);
+  EXPECT_EQ(jobs[0].height, 1008);
+  EXPECT_EQ(jobs[0].grid_w(), 62);
+  EXPECT_EQ(jobs[0].latent_h(), 126);
+}
+
+TEST(PromptFile, EveryMalformedCaseNamesFileLineAndField) {
+  auto check = [](const std::string& text, const std::string& expected) {
+    std::string msg = error_of([&] { jobs_of(text, "bad.jsonl"); });
+    EXPECT_NE(msg.find(expected), std::string::npos) << "expected '" << expected << "' in: " << msg;
+  };
+  check("{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"sede\": 1}\n", "bad.jsonl:2: unknown field \"sede\"");
+  check("{\"prompt\": \"ok\"}\n{not json}\n", "bad.jsonl:2: not valid JSON");
+  check("[\"a list\"]\n", "bad.jsonl:1: each line must be a JSON object");
+  check("{\"negative_prompt\": \"x\"}\n", "bad.jsonl:1: missing \"prompt\"");
+  check("{\"prompt\": 42}\n", "bad.jsonl:1: \"prompt\" must be a string, found 42");
+  check("{\"prompt\": \"x\", \"seed\": -1}\n", "bad.jsonl:1: \"seed\" must be a non-negative integer, found -1");
+  check("{\"prompt\": \"x\", \"seed\": 1.5}\n", "\"seed\" must be a non-negative integer");
+  check("{\"prompt\": \"x\", \"width\": \"512\"}\n", "\"width\" must be an integer, found \"512\"");
+  check("{\"prompt\": \"x\", \"cfg\": \"high\"}\n", "\"cfg\" must be a number");
+  check("{\"prompt\": \"x\", \"width\": 0}\n", "bad.jsonl:1: width 0 is out of range");
+  check("{\"prompt\": \"x\", \"height\": 100000}\n", "height 100000 is out of range");
+  check("{\"prompt\": \"x\", \"steps\": 0}\n", "steps 0 is out of range");
+  check("{\"prompt\": \"x\", \"steps\": 1}\n", "steps 1 is out of range");
+  check("{\"prompt\": \"x\", \"cfg\": 0.5}\n", "cfg 0.5 is out of range");
+  check("{\"prompt\": \"x\", \"name\": \"../escape\"}\n", "is not a plain file name");
+  check("{\"prompt\": \"x\", \"name\": \"a\"}\n{\"prompt\": \"y\", \"name\": \"a\"}\n",
+        "bad.jsonl:2: name \"a\" is already used by bad.jsonl:1");
+  check(std::string("{\"prompt\": \"\xff\"}\n"), "bad.jsonl:1: not valid UTF-8");
+  EXPECT_NE(error_of([] { parse_prompt_text("x", "prompts.csv"); }).find("unknown prompt file type"), std::string::npos);
+}
+
+TEST(PromptFile, Slugs) {
+  EXPECT_EQ(slugify("A red fox, jumping!"), "a-red-fox-jumping");
+  EXPECT_EQ(slugify("東京の夜景"), "image");
+  EXPECT_EQ(slugify("  --x--  "), "x");
+  EXPECT_EQ(slugify(std::string(100, 'a')).size(), 48u);
+}
