@@ -1,13 +1,18 @@
+#include <omp.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "app/backends.h"
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "dist/node_weights.h"
+#include "dist/shard.h"
+#include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
 #include "pipeline/qwen_image_pipeline.h"
@@ -17,6 +22,16 @@
 namespace ditbatch {
 
 namespace {
+
+struct GenerateOptions {
+  GenerationDefaults defaults;
+  std::vector<std::string> prompts;
+  std::string prompts_file, weights_path, log_level, log_dir, backend_kind, output_type, on_signal, shard;
+  RunOptions run;
+  int64_t max_sequence_length = kDefaultMaxSequenceLength;
+  int device = -1, ranks_per_gpu = 1, threads = 0;
+  int64_t array_index = -1, array_count = -1;
+};
 
 // The output folder must exist (or be creatable) and take a file, before any weight is read.
 void check_output_dir(const std::string& dir) {
@@ -32,91 +47,233 @@ void check_output_dir(const std::string& dir) {
   std::filesystem::remove(probe, ec);
 }
 
-std::string host_name() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
+// Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON.
+std::string validate_input(const GenerateOptions& o, const Log& log) {
+  if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
+  std::vector<PromptEntry> entries;
+  if (!o.prompts_file.empty()) {
+    entries = read_prompt_file(o.prompts_file);
+  } else {
+    for (size_t i = 0; i < o.prompts.size(); ++i) {
+      PromptEntry e;
+      e.prompt = o.prompts[i];
+      e.origin = fmt::format("--prompt #{}", i + 1);
+      entries.push_back(std::move(e));
+    }
+  }
+  std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log);
+  check_output_dir(o.run.out_dir);
+  WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  return jobs_to_json(jobs);
+}
+
+std::string default_run_id() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+  if (job && *job) return task && *task ? fmt::format("slurm{}-{}", job, task) : fmt::format("slurm{}", job);
+  return fmt::format("run{}-{}", std::chrono::system_clock::now().time_since_epoch().count() / 1000000, ::getpid());
+}
+
+// CPU threads per rank: OMP_NUM_THREADS if set, --threads if given, else the node's cores
+// shared among its ranks.
+int threads_per_rank(const GenerateOptions& o, const World& world) {
+  if (o.threads > 0) return o.threads;
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env) return omp_get_max_threads();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / world.local_size());
+}
+
+// The GPU of this rank: --device, else local rank modulo the visible GPUs; more ranks on a node
+// than GPUs x --ranks-per-gpu is an error.
+int choose_device(const GenerateOptions& o, const World& world, const Log& log) {
+  if (o.backend_kind == "cpu") return -1;
+  const int gpus = visible_gpu_count();
+  if (gpus == 0) return -1;
+  if (o.device >= 0) {
+    if (o.device >= gpus) fail_input("--device {}: only {} GPU(s) visible", o.device, gpus);
+    return o.device;
+  }
+  if (world.local_size() > gpus * o.ranks_per_gpu)
+    fail_input("{} ranks on node {} but {} GPU(s) visible and --ranks-per-gpu {}: start one rank per GPU, or allow "
+               "sharing with --ranks-per-gpu",
+               world.local_size(), world.host(), gpus, o.ranks_per_gpu);
+  const int device = world.local_rank() % gpus;
+  log.info("local rank {} -> GPU {} of {}", world.local_rank(), device, gpus);
+  return device;
+}
+
+struct RankReport {
+  int64_t done = 0, skipped = 0, failed = 0, stopped = 0, weight_bytes = -1;
+  double seconds = 0;
+  std::string host;
+};
+
+std::string report_to_json(const RankReport& r) {
+  return nlohmann::json{{"done", r.done},       {"skipped", r.skipped},       {"failed", r.failed},
+                        {"stopped", r.stopped}, {"weight_bytes", r.weight_bytes}, {"seconds", r.seconds},
+                        {"host", r.host}}
+      .dump();
+}
+
+void print_summary(const std::vector<std::string>& reports, double wall, const std::string& weights_path,
+                   const Log& log) {
+  int64_t done = 0, skipped = 0, failed = 0, bytes = 0;
+  int slowest = 0;
+  double slowest_s = -1;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const auto j = nlohmann::json::parse(reports[r]);
+    done += j["done"].get<int64_t>();
+    skipped += j["skipped"].get<int64_t>();
+    failed += j["failed"].get<int64_t>();
+    bytes += std::max<int64_t>(0, j["weight_bytes"].get<int64_t>());
+    const double s = j["seconds"].get<double>();
+    log.info("  rank {} on {}: {} done, {} skipped, {} failed in {:.1f} s ({:.1f} images/hour), weights read {:.1f} MB",
+             r, j["host"].get<std::string>(), j["done"].get<int64_t>(), j["skipped"].get<int64_t>(),
+             j["failed"].get<int64_t>(), s, s > 0 ? 3600.0 * j["done"].get<double>() / s : 0.0,
+             j["weight_bytes"].get<double>() / 1e6);
+    if (s > slowest_s) slowest_s = s, slowest = static_cast<int>(r);
+  }
+  const double per_rank_hour = wall > 0 ? 3600.0 * static_cast<double>(done) / wall / static_cast<double>(reports.size()) : 0;
+  log.info("summary: {} done, {} skipped, {} failed in {:.1f} s on {} rank(s); {:.1f} images/hour per rank; slowest "
+           "rank {} ({:.1f} s); weights read from {}: {:.1f} MB in all",
+           done, skipped, failed, wall, reports.size(), per_rank_hour, slowest, slowest_s, weights_path, bytes / 1e6);
 }
 
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args) {
-  GenerationDefaults defaults;
-  std::vector<std::string> prompts;
-  std::string prompts_file, weights_path, log_level, backend_kind, output_type, on_signal;
-  RunOptions run;
-  int64_t max_sequence_length = kDefaultMaxSequenceLength;
-  int device = -1;
+  GenerateOptions o;
   po::options_description desc("options");
   desc.add_options()
-      ("weights", po::value(&weights_path)->required(), "the ditbatch .h5 (ditbatch convert / make-tiny)")
-      ("prompt", po::value(&prompts), "a prompt (repeatable)")
-      ("prompts", po::value(&prompts_file), "a .txt (one prompt per line) or .jsonl prompt file")
-      ("out", po::value(&run.out_dir)->required(), "output folder: PNGs and manifest.jsonl")
-      ("width", po::value(&defaults.width)->default_value(1024), "image width (floored to a multiple of 16)")
-      ("height", po::value(&defaults.height)->default_value(1024), "image height (floored to a multiple of 16)")
-      ("steps", po::value(&defaults.steps)->default_value(50), "denoising steps")
-      ("cfg", po::value(&defaults.cfg)->default_value(4.0), "true CFG scale (1 turns CFG off)")
-      ("negative-prompt", po::value(&defaults.negative_prompt)->default_value(" "), "negative prompt (\"\" turns CFG off)")
-      ("seed", po::value(&defaults.seed)->default_value(0), "base seed: image i uses seed + i unless it has its own")
-      ("max-sequence-length", po::value(&max_sequence_length)->default_value(kDefaultMaxSequenceLength),
+      ("weights", po::value(&o.weights_path)->required(), "the ditbatch .h5 (ditbatch convert / make-tiny)")
+      ("prompt", po::value(&o.prompts), "a prompt (repeatable)")
+      ("prompts", po::value(&o.prompts_file), "a .txt (one prompt per line) or .jsonl prompt file")
+      ("out", po::value(&o.run.out_dir)->required(), "output folder: PNGs and manifest.jsonl")
+      ("width", po::value(&o.defaults.width)->default_value(1024), "image width (floored to a multiple of 16)")
+      ("height", po::value(&o.defaults.height)->default_value(1024), "image height (floored to a multiple of 16)")
+      ("steps", po::value(&o.defaults.steps)->default_value(50), "denoising steps")
+      ("cfg", po::value(&o.defaults.cfg)->default_value(4.0), "true CFG scale (1 turns CFG off)")
+      ("negative-prompt", po::value(&o.defaults.negative_prompt)->default_value(" "),
+       "negative prompt (\"\" turns CFG off)")
+      ("seed", po::value(&o.defaults.seed)->default_value(0), "base seed: image i uses seed + i unless it has its own")
+      ("max-sequence-length", po::value(&o.max_sequence_length)->default_value(kDefaultMaxSequenceLength),
        "prompt tokens kept (1..1024)")
-      ("output-type", po::value(&output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
-      ("overwrite", po::bool_switch(&run.overwrite), "make every image again, even if its PNG is complete")
-      ("offload-text-encoder", po::bool_switch(&run.offload_text_encoder),
+      ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
+      ("overwrite", po::bool_switch(&o.run.overwrite), "make every image again, even if its PNG is complete")
+      ("offload-text-encoder", po::bool_switch(&o.run.offload_text_encoder),
        "encode all prompts first, free the text encoder, then denoise (lower peak memory)")
-      ("on-signal", po::value(&on_signal)->default_value("finish"),
-       "on SIGUSR1/SIGTERM: finish | abandon the current image, then stop")
-      ("backend", po::value(&backend_kind)->default_value("auto"), "auto | cpu | cuda")
-      ("device", po::value(&device)->default_value(-1), "GPU index (default: from the local rank)")
-      ("log-level", po::value(&log_level)->default_value("info"), "debug | info | warn | error");
+      ("on-signal", po::value(&o.on_signal)->default_value("finish"),
+       "on SIGUSR1/SIGTERM: finish | abandon the current image, then stop (exit 75)")
+      ("shard", po::value(&o.shard)->default_value("auto"), "auto | contiguous | strided | dynamic")
+      ("array-index", po::value(&o.array_index)->default_value(-1),
+       "this job array task's slice (default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)")
+      ("array-count", po::value(&o.array_count)->default_value(-1), "slices in all (default: SLURM_ARRAY_TASK_COUNT)")
+      ("backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")
+      ("device", po::value(&o.device)->default_value(-1), "GPU index (default: local rank modulo the visible GPUs)")
+      ("ranks-per-gpu", po::value(&o.ranks_per_gpu)->default_value(1), "allow this many ranks to share one GPU")
+      ("threads", po::value(&o.threads)->default_value(0), "CPU threads per rank (default: cores / ranks on the node)")
+      ("log-dir", po::value(&o.log_dir), "one log file per rank: DIR/rank-NNNNN.log")
+      ("log-level", po::value(&o.log_level)->default_value("info"), "debug | info | warn | error");
   po::variables_map vm;
   if (!parse_options("generate", "--weights FILE.h5 (--prompt TEXT... | --prompts FILE) --out DIR [options]",
                      "Makes one PNG per prompt, named <index>-<slug>.png (or the prompt's \"name\"), with the\n"
                      "settings in its text chunks and a line per image in DIR/manifest.jsonl. A rerun skips\n"
                      "images that are complete. Defaults are the Qwen-Image model card's: 1024x1024, 50 steps,\n"
-                     "true CFG 4.0 with negative prompt \" \".",
+                     "true CFG 4.0 with negative prompt \" \". Under mpirun/srun every rank takes a share.",
                      desc, nullptr, args, vm))
     return 0;
-  if (output_type != "png" && output_type != "latent") fail_input("--output-type '{}' (expected png or latent)", output_type);
-  run.write_latents = output_type == "latent";
-  if (on_signal != "finish" && on_signal != "abandon") fail_input("--on-signal '{}' (expected finish or abandon)", on_signal);
-  run.on_signal = on_signal == "abandon" ? OnSignal::Abandon : OnSignal::Finish;
-  Log log(0, 1, log_level);
+  if (o.output_type != "png" && o.output_type != "latent")
+    fail_input("--output-type '{}' (expected png or latent)", o.output_type);
+  o.run.write_latents = o.output_type == "latent";
+  if (o.on_signal != "finish" && o.on_signal != "abandon")
+    fail_input("--on-signal '{}' (expected finish or abandon)", o.on_signal);
+  o.run.on_signal = o.on_signal == "abandon" ? OnSignal::Abandon : OnSignal::Finish;
+  const ShardMode requested_shard = parse_shard_mode(o.shard);
+  if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
+  install_stop_handlers();
 
-  // ---- everything the user wrote is checked before any weight is read ----
-  if (prompts.empty() == prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
-  std::vector<PromptEntry> entries;
-  if (!prompts_file.empty()) {
-    entries = read_prompt_file(prompts_file);
-  } else {
-    for (size_t i = 0; i < prompts.size(); ++i) entries.push_back({prompts[i], {}, {}, {}, {}, {}, {}, {}, fmt::format("--prompt #{}", i + 1)});
+  World world(nullptr, nullptr);
+  std::string log_file;
+  if (!o.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_dir, ec);
+    log_file = fmt::format("{}/rank-{:05d}.log", o.log_dir, world.rank());
   }
-  std::vector<ImageJob> jobs = resolve_jobs(entries, defaults, log);
-  check_output_dir(run.out_dir);
-  WeightStore weights = WeightStore::open(weights_path);
+  Log log(world.rank(), world.size(), o.log_level, log_file, !log_file.empty() && world.rank() != 0);
+  Stopwatch wall;
+
+  // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
+  std::string jobs_json, error;
+  if (world.rank() == 0) {
+    try {
+      jobs_json = validate_input(o, log);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  error = world.broadcast(error, 0);
+  if (!error.empty()) {
+    if (world.rank() == 0) throw InputError(error);
+    return 2;
+  }
+  const std::vector<ImageJob> jobs = jobs_from_json(world.broadcast(jobs_json, 0));
   if (jobs.empty()) {
-    log.warn("no prompts in {}: nothing to do", prompts_file);
-    merge_manifest(run.out_dir);
+    if (world.rank() == 0) {
+      log.warn("no prompts in {}: nothing to do", o.prompts_file);
+      merge_manifest(o.run.out_dir);
+    }
     return 0;
   }
+  o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
+  o.run.rank = world.rank();
+  o.run.host = world.host();
+  if (world.rank() == 0)
+    log.info("{} image(s), {} rank(s) on {} node(s)", jobs.size(), world.size(), world.node_count());
+  log.debug("local rank {} ({})", world.local_rank(), world.local_rank_source());
 
-  install_stop_handlers();
-  run.rank = 0;
-  run.host = host_name();
-  run.run_id = fmt::format("{}-{}", std::chrono::system_clock::now().time_since_epoch().count(), ::getpid());
-  std::unique_ptr<Backend> backend = make_backend(backend_kind, device, log);
-  QwenImagePipeline pipeline(*backend, weights, log, max_sequence_length);
-  std::vector<int64_t> all(jobs.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  ListWork work(all);
-  Progress progress(log, static_cast<int64_t>(jobs.size()), true);
-  RunSummary summary = run_generation(pipeline, jobs, work, run, OutputProvenance::from(weights, pipeline), progress, log);
-  merge_manifest(run.out_dir);
-  log.info("summary: {} done, {} skipped, {} failed in {:.1f} s{}", summary.done, summary.skipped, summary.failed,
-           summary.seconds, summary.stopped_by_signal ? " (stopped by a signal: rerun to resume)" : "");
-  if (summary.stopped_by_signal) return kExitRequeue;
-  return summary.failed > 0 ? 1 : 0;
+  // ---- per-rank setup: a fatal error on any rank ends the whole job at once (no hang) ----
+  RankReport report;
+  report.host = world.host();
+  try {
+    const ShardMode shard = resolve_shard_mode(requested_shard, jobs, o.run.offload_text_encoder);
+    const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);
+    std::unique_ptr<WorkSource> work = make_work(shard, slice, static_cast<int64_t>(jobs.size()), world);
+    if (world.rank() == 0)
+      log.info("shard {}{}", shard_mode_name(shard),
+               slice.count > 1 ? fmt::format(", array slice {} of {}", slice.index, slice.count) : "");
+    omp_set_num_threads(threads_per_rank(o, world));
+    const int device = choose_device(o, world, log);
+    std::unique_ptr<Backend> backend = make_backend(o.backend_kind, device, log);
+    WeightStore weights = WeightStore::open(o.weights_path);
+    auto reader = std::make_shared<NodeWeightReader>(world);
+    const int64_t read_before = bytes_read_by_process();
+    QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
+    Progress progress(log, static_cast<int64_t>(jobs.size()), world.size() == 1);
+    RunSummary summary =
+        run_generation(pipeline, jobs, *work, o.run, OutputProvenance::from(weights, pipeline), progress, log);
+    report.done = summary.done;
+    report.skipped = summary.skipped;
+    report.failed = summary.failed;
+    report.stopped = summary.stopped_by_signal;
+    report.seconds = summary.seconds;
+    report.weight_bytes = bytes_read_by_process() - read_before;
+  } catch (const std::exception& e) {
+    log.error("fatal: {}", e.what());
+    log.flush();
+    world.abort(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+  }
+
+  // ---- gather: rank 0 merges the manifest and prints the summary ----
+  std::vector<std::string> reports = world.gather(report_to_json(report), 0);
+  world.barrier();
+  if (world.rank() == 0) {
+    merge_manifest(o.run.out_dir);
+    print_summary(reports, wall.seconds(), o.weights_path, log);
+  }
+  const bool stopped = world.max(report.stopped) > 0;
+  const bool failed = world.sum(report.failed) > 0;
+  if (stopped && world.rank() == 0) log.warn("stopped by a signal: run again (or requeue) to resume");
+  return stopped ? kExitRequeue : failed ? 1 : 0;
 }
 
 }  // namespace ditbatch

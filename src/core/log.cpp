@@ -9,11 +9,12 @@
 
 namespace ditbatch {
 
-Log::Log(int rank, int world_size, const std::string& level, const std::string& log_file)
+Log::Log(int rank, int world_size, const std::string& level, const std::string& log_file, bool quiet_stderr)
     : rank_(rank) {
   static std::atomic<int> instance{0};  // spdlog loggers need distinct names
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  if (quiet_stderr) sinks.back()->set_level(spdlog::level::warn);
   if (!log_file.empty()) {
     try {
       sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(log_file, false));

@@ -11,9 +11,10 @@ namespace ditbatch {
 
 class Log {
  public:
-  // Logs to stderr; with log_file non-empty also to that file (appending).
-  Log(int rank = 0, int world_size = 1, const std::string& level = "info",
-      const std::string& log_file = "");
+  // Logs to stderr; with log_file non-empty also to that file (appending). quiet_stderr keeps
+  // stderr to warnings and errors (ranks > 0 when every rank has its own log file).
+  Log(int rank = 0, int world_size = 1, const std::string& level = "info", const std::string& log_file = "",
+      bool quiet_stderr = false);
 
   template <typename... Args>
   void debug(spdlog::format_string_t<Args...> f, Args&&... a) const {

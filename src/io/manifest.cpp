@@ -1,5 +1,7 @@
 #include "io/manifest.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +25,7 @@ ManifestPart::ManifestPart(const std::string& out_dir, const std::string& run_id
   path_ = (dir / fmt::format("{}-rank{:05d}.jsonl", run_id, rank)).string();
   file_ = std::fopen(path_.c_str(), "ab");
   if (!file_) fail_input("{}: cannot open for appending", path_);
+  ::flock(::fileno(file_), LOCK_EX);  // "this part's writer is alive" (see merge_manifest)
 }
 
 ManifestPart::~ManifestPart() {
@@ -77,14 +80,31 @@ std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir) {
 }
 
 size_t merge_manifest(const std::string& out_dir) {
-  const auto parts = part_files(out_dir);
+  const std::string lock_path = (fs::path(out_dir) / ".manifest.lock").string();
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock < 0) fail_input("{}: cannot create the manifest lock", lock_path);
+  ::flock(lock, LOCK_EX);
+  // Parts whose writer is gone are locked (by us) before reading, so nothing can be appended
+  // to them between the read and their removal; live parts are read and kept.
+  std::vector<std::pair<fs::path, int>> finished_parts;
+  for (const auto& part : part_files(out_dir)) {
+    const int fd = ::open(part.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) finished_parts.emplace_back(part, fd);
+    else ::close(fd);
+  }
   const auto lines = read_manifest(out_dir);
   std::string text;
   for (const auto& [index, line] : lines) text += line.dump() + "\n";
   write_file_atomic((fs::path(out_dir) / "manifest.jsonl").string(), text);
-  for (const auto& part : parts) fs::remove(part);
+  for (const auto& [part, fd] : finished_parts) {
+    fs::remove(part);
+    ::close(fd);
+  }
   std::error_code ec;
-  fs::remove(fs::path(out_dir) / kPartsDir, ec);  // only if empty: another run may be writing
+  fs::remove(fs::path(out_dir) / kPartsDir, ec);  // only if empty
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
   return lines.size();
 }
 

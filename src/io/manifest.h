@@ -31,7 +31,9 @@ class ManifestPart {
 // A line cut by a kill (no newline, bad JSON) is ignored: its image will be made again.
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
 // Rewrites DIR/manifest.jsonl atomically from read_manifest(), sorted by index, and removes the
-// parts it folded in. Returns the number of lines.
+// parts it folded in whose writer is gone (a live writer holds a lock on its part: another
+// array task may still be appending). Serialised by a lock file, so concurrent array tasks
+// merging into one folder lose nothing. Returns the number of lines.
 size_t merge_manifest(const std::string& out_dir);
 
 }  // namespace ditbatch

@@ -58,22 +58,16 @@ void QwenTextEncoder::bind(WeightBinder& b, Backend* be, const TextEncoderConfig
   w.norm = bind_vector(b, be, "norm.weight", H, WeightInit::Gain, why);
 }
 
-namespace {
-
-// The state-dict prefix in front of embed_tokens / layers / norm: legacy checkpoints use
-// "model.", transformers >= 4.52 in memory (and some re-saved files) "model.language_model.".
-std::string detect_prefix(const Component& comp) {
+std::string QwenTextEncoder::tensor_prefix(const Component& comp) {
   for (const char* prefix : {"model.language_model.", "model.", "language_model.model.", ""})
     if (comp.has_tensor(std::string(prefix) + "embed_tokens.weight")) return prefix;
   fail_input("{}: no embed_tokens.weight under model. or model.language_model. (is this a Qwen2.5-VL text encoder?)",
              comp.where());
 }
 
-}  // namespace
-
 QwenTextEncoder::QwenTextEncoder(Backend& backend, const Component& component)
     : be_(backend), config_(TextEncoderConfig::from(component.config())) {
-  ComponentLoader loader(component, detect_prefix(component));
+  ComponentLoader loader(component, tensor_prefix(component));
   bind(loader, &be_, config_, w_);
 }
 

@@ -33,6 +33,9 @@ class QwenTextEncoder {
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder);
   static std::vector<WeightSpec> weight_specs(const TextEncoderConfig& config, const std::string& prefix = "model.");
+  // The state-dict prefix in front of embed_tokens / layers / norm in this component:
+  // "model." (legacy checkpoints) or "model.language_model." (transformers >= 4.52 names).
+  static std::string tensor_prefix(const Component& component);
   const TextEncoderConfig& config() const { return config_; }
 
   // Called with (k, hidden) for k = 0 (the embeddings) and after each layer k = 1..num_layers.

@@ -2,6 +2,12 @@
 
 namespace ditbatch {
 
+std::map<std::string, std::string> WeightReader::files(const Component& component) const {
+  std::map<std::string, std::string> out;
+  for (const auto& name : component.tensor_names()) out[name] = component.file_bytes(name);
+  return out;
+}
+
 Tensor upload_bound(Backend* be, const Tensor& host) {
   if (!host.defined() || !be) return host;
   return be->upload_weight(host);

@@ -6,6 +6,8 @@
 // them with random values. One list, so the loader and the tiny models cannot drift apart.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,19 @@ class ComponentLoader final : public WeightBinder {
  private:
   const Component& component_;
   std::string prefix_;
+};
+
+// Where models read their tensors and files from: the weight file directly (this class), or,
+// under MPI, one reader per node that broadcasts to the node's other ranks (src/dist).
+class WeightReader {
+ public:
+  virtual ~WeightReader() = default;
+  // A binder over a component's tensors, names prefixed with `prefix`.
+  virtual std::unique_ptr<WeightBinder> binder(const Component& component, const std::string& prefix = "") const {
+    return std::make_unique<ComponentLoader>(component, prefix);
+  }
+  // Every u8 dataset of a component by name (the tokenizer's files).
+  virtual std::map<std::string, std::string> files(const Component& component) const;
 };
 
 // A Linear layer as torch stores it: weight [out, in], bias [out] (may be undefined).

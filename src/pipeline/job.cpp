@@ -1,5 +1,7 @@
 #include "pipeline/job.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <map>
 
@@ -84,6 +86,35 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     if (!inserted)
       fail_input("{}: name \"{}\" is already used by {}; each image needs its own file", e.origin, j.file_stem,
                  it->second);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+std::string jobs_to_json(const std::vector<ImageJob>& jobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& j : jobs)
+    out.push_back({{"index", j.index}, {"prompt", j.prompt}, {"negative_prompt", j.negative_prompt},
+                   {"seed", j.seed}, {"width", j.width}, {"height", j.height}, {"steps", j.steps},
+                   {"cfg", j.cfg}, {"true_cfg", j.true_cfg}, {"file_stem", j.file_stem}, {"origin", j.origin}});
+  return out.dump();
+}
+
+std::vector<ImageJob> jobs_from_json(const std::string& json) {
+  std::vector<ImageJob> jobs;
+  for (const auto& o : nlohmann::json::parse(json)) {
+    ImageJob j;
+    j.index = o["index"];
+    j.prompt = o["prompt"];
+    j.negative_prompt = o["negative_prompt"];
+    j.seed = o["seed"];
+    j.width = o["width"];
+    j.height = o["height"];
+    j.steps = o["steps"];
+    j.cfg = o["cfg"];
+    j.true_cfg = o["true_cfg"];
+    j.file_stem = o["file_stem"];
+    j.origin = o["origin"];
     jobs.push_back(std::move(j));
   }
   return jobs;

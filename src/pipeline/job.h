@@ -42,6 +42,10 @@ struct ImageJob {
 std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& defaults,
                                    const Log& log);
 
+// The job list as JSON, to hand the validated list from rank 0 to every rank.
+std::string jobs_to_json(const std::vector<ImageJob>& jobs);
+std::vector<ImageJob> jobs_from_json(const std::string& json);
+
 // "A red fox, jumping!" -> "a-red-fox-jumping" (ASCII letters and digits, at most 48 chars).
 std::string slugify(const std::string& text);
 

@@ -9,8 +9,12 @@
 namespace ditbatch {
 
 QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weights, const Log& log,
-                                     int64_t max_sequence_length)
-    : be_(backend), weights_(weights), log_(log), max_sequence_length_(max_sequence_length) {
+                                     int64_t max_sequence_length, std::shared_ptr<const WeightReader> reader)
+    : be_(backend),
+      weights_(weights),
+      log_(log),
+      reader_(reader ? std::move(reader) : std::make_shared<WeightReader>()),
+      max_sequence_length_(max_sequence_length) {
   if (max_sequence_length < 1 || max_sequence_length > kQwenImageTokenizerMaxLength)
     fail_input("max_sequence_length {} must be 1..{}, as diffusers allows", max_sequence_length,
                kQwenImageTokenizerMaxLength);
@@ -20,7 +24,8 @@ QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weight
   TransformerConfig::from(weights.component("transformer").config());
   VaeConfig::from(weights.component("vae").config());
   TextEncoderConfig::from(weights.component("text_encoder").config());
-  tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_weights(weights));
+  tokenizer_ = std::make_unique<Tokenizer>(
+      Tokenizer::from_files(reader_->files(weights.component("tokenizer")), weights.path() + ":/tokenizer"));
 }
 
 QwenImagePipeline::~QwenImagePipeline() = default;
@@ -29,14 +34,19 @@ int64_t QwenImagePipeline::latent_channels() const {
   return TransformerConfig::from(weights_.component("transformer").config()).out_channels;
 }
 
+void QwenImagePipeline::load_text_encoder() {
+  if (text_encoder_) return;
+  Stopwatch load;
+  const Component component = weights_.component("text_encoder");
+  auto binder = reader_->binder(component, QwenTextEncoder::tensor_prefix(component));
+  text_encoder_ = std::make_unique<QwenTextEncoder>(be_, TextEncoderConfig::from(component.config()), *binder);
+  log_.info("text encoder loaded ({} layers, hidden {}) in {:.1f} s", text_encoder_->config().num_hidden_layers,
+            text_encoder_->config().hidden_size, load.seconds());
+}
+
 PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, StageTimes* times) {
   Stopwatch watch;
-  if (!text_encoder_) {
-    Stopwatch load;
-    text_encoder_ = std::make_unique<QwenTextEncoder>(be_, weights_.component("text_encoder"));
-    log_.info("text encoder loaded ({} layers, hidden {}) in {:.1f} s", text_encoder_->config().num_hidden_layers,
-              text_encoder_->config().hidden_size, load.seconds());
-  }
+  load_text_encoder();
   PromptTokens tokens = tokenize_prompt(*tokenizer_, prompt, template_, max_sequence_length_);
   Tensor hidden = text_encoder_->encode(tokens.ids);  // [n, hidden] after the final norm
   // Keep rows [drop_idx, drop_idx + count): a copy, so the full sequence can be freed.
@@ -57,8 +67,9 @@ void QwenImagePipeline::release_text_encoder() {
 void QwenImagePipeline::load_denoiser() {
   if (transformer_ && vae_) return;
   Stopwatch load;
-  transformer_ = std::make_unique<QwenImageTransformer>(be_, weights_.component("transformer"));
-  vae_ = std::make_unique<VaeDecoder>(be_, weights_.component("vae"));
+  const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
+  transformer_ = std::make_unique<QwenImageTransformer>(be_, TransformerConfig::from(dit.config()), *reader_->binder(dit));
+  vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
   if (transformer_->config().out_channels != vae_->config().z_dim)
     fail_input("{}: transformer out_channels {} != vae z_dim {}", weights_.path(), transformer_->config().out_channels,
                vae_->config().z_dim);

@@ -43,11 +43,16 @@ class QwenImagePipeline {
  public:
   // Opens the components; the text encoder, transformer and VAE load on first use, so that a
   // process can encode every prompt, release the encoder, and only then load the denoiser.
+  // `reader` decides where tensors come from (default: the file; MPI: one reader per node).
   QwenImagePipeline(Backend& backend, const WeightStore& weights, const Log& log,
-                    int64_t max_sequence_length = kDefaultMaxSequenceLength);
+                    int64_t max_sequence_length = kDefaultMaxSequenceLength,
+                    std::shared_ptr<const WeightReader> reader = nullptr);
   ~QwenImagePipeline();
 
   PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr);
+  // Loading is collective under MPI (one reader per node broadcasts): every rank calls these
+  // in the same order, whether or not it has images to make.
+  void load_text_encoder();     // idempotent
   void release_text_encoder();  // frees its weights (--offload-text-encoder)
   void load_denoiser();         // transformer + VAE; idempotent
 
@@ -64,6 +69,7 @@ class QwenImagePipeline {
   Backend& be_;
   const WeightStore& weights_;
   const Log& log_;
+  std::shared_ptr<const WeightReader> reader_;
   int64_t max_sequence_length_;
   PromptTemplate template_;
   SchedulerConfig scheduler_;

@@ -146,7 +146,9 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     return !opt.overwrite && image_is_complete(opt.out_dir, job, previous);
   };
 
+  // Load everything before the first image, on every process: loading is collective under MPI.
   EmbeddingCache embeddings(pipeline);
+  pipeline.load_text_encoder();
   if (opt.offload_text_encoder) {
     auto planned = work.planned();
     DITBATCH_CHECK(planned.has_value(), "--offload-text-encoder needs a work source that knows its images up front");
@@ -159,6 +161,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     }
     embeddings.preencode(texts, log);
   }
+  pipeline.load_denoiser();
 
   while (true) {
     if (stop_requested()) {
@@ -194,6 +197,11 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       summary.stopped_by_signal = true;
       log.warn("signal {} received: abandoning image {} ({})", stop_signal_number(), job.index, job.file_stem);
       break;
+    } catch (const InputError&) {
+      throw;  // wrong weights or settings: every image would fail the same way
+    } catch (const std::exception& e) {
+      image.ok = false;
+      image.error = e.what();
     }
     record["timings"] = {{"text_encoder_s", times.text_encoder},
                          {"transformer_s", times.transformer},
@@ -202,12 +210,19 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     record["host"] = opt.host;
     record["rank"] = opt.rank;
     if (image.ok) {
-      const std::string path = png_path(opt.out_dir, job);
-      const std::string bytes =
-          write_png_atomic(path, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
-      if (opt.write_latents) write_latents_file(opt.out_dir + "/" + job.file_stem + ".latents.h5", job, image.latents);
+      try {
+        const std::string bytes = write_png_atomic(png_path(opt.out_dir, job), image.rgb.data(), job.width,
+                                                   job.height, png_metadata(job, provenance));
+        if (opt.write_latents)
+          write_latents_file(opt.out_dir + "/" + job.file_stem + ".latents.h5", job, image.latents);
+        record["sha256"] = sha256_hex(bytes);
+      } catch (const std::exception& e) {
+        image.ok = false;
+        image.error = fmt::format("cannot write the output: {}", e.what());
+      }
+    }
+    if (image.ok) {
       record["status"] = "ok";
-      record["sha256"] = sha256_hex(bytes);
       ++summary.done;
       log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,
                job.file_stem + ".png", image_watch.seconds(), times.text_encoder, times.transformer, times.vae);

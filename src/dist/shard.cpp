@@ -1,0 +1,106 @@
+#include "dist/shard.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ditbatch {
+
+ShardMode parse_shard_mode(const std::string& name) {
+  if (name == "auto") return ShardMode::Auto;
+  if (name == "contiguous") return ShardMode::Contiguous;
+  if (name == "strided") return ShardMode::Strided;
+  if (name == "dynamic") return ShardMode::Dynamic;
+  fail_input("--shard '{}' (expected auto, contiguous, strided or dynamic)", name);
+}
+
+std::string shard_mode_name(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::Auto: return "auto";
+    case ShardMode::Contiguous: return "contiguous";
+    case ShardMode::Strided: return "strided";
+    case ShardMode::Dynamic: return "dynamic";
+  }
+  return "?";
+}
+
+std::pair<int64_t, int64_t> contiguous_range(int64_t n, int64_t parts, int64_t part) {
+  const int64_t base = n / parts, extra = n % parts;
+  const int64_t begin = part * base + std::min(part, extra);
+  return {begin, begin + base + (part < extra ? 1 : 0)};
+}
+
+namespace {
+int64_t env_int(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (*end) fail_input("{}={} is not an integer", name, v);
+  return x;
+}
+}  // namespace
+
+ArraySlice ArraySlice::resolve(int64_t index_option, int64_t count_option) {
+  ArraySlice s;
+  const int64_t task = env_int("SLURM_ARRAY_TASK_ID", -1);
+  s.index = index_option >= 0 ? index_option : (task >= 0 ? task - env_int("SLURM_ARRAY_TASK_MIN", 0) : 0);
+  s.count = count_option >= 1 ? count_option : (task >= 0 ? env_int("SLURM_ARRAY_TASK_COUNT", 1) : 1);
+  if (s.count < 1 || s.index < 0 || s.index >= s.count)
+    fail_input("array index {} of {}: the index must be in [0, count)", s.index, s.count);
+  return s;
+}
+
+ShardMode resolve_shard_mode(ShardMode requested, const std::vector<ImageJob>& jobs, bool offload_text_encoder) {
+  if (requested == ShardMode::Dynamic && offload_text_encoder)
+    fail_input("--offload-text-encoder needs to know a rank's prompts up front: use --shard contiguous or strided");
+  if (requested != ShardMode::Auto) return requested;
+  if (offload_text_encoder) return ShardMode::Contiguous;
+  for (const auto& j : jobs)
+    if (j.width != jobs[0].width || j.height != jobs[0].height || j.steps != jobs[0].steps ||
+        j.true_cfg != jobs[0].true_cfg)
+      return ShardMode::Dynamic;
+  return ShardMode::Contiguous;
+}
+
+namespace {
+
+// Indices [begin, end) handed out through the shared counter, one at a time.
+class DynamicWork final : public WorkSource {
+ public:
+  DynamicWork(std::unique_ptr<World::Counter> counter, int64_t begin, int64_t end)
+      : counter_(std::move(counter)), begin_(begin), end_(end) {}
+  std::optional<int64_t> next() override {
+    if (exhausted_) return std::nullopt;
+    const int64_t i = begin_ + counter_->fetch_add(1);
+    if (i >= end_) {
+      exhausted_ = true;
+      return std::nullopt;
+    }
+    return i;
+  }
+  std::optional<std::vector<int64_t>> planned() const override { return std::nullopt; }
+
+ private:
+  std::unique_ptr<World::Counter> counter_;
+  int64_t begin_, end_;
+  bool exhausted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world) {
+  const auto [lo, hi] = contiguous_range(n_jobs, slice.count, slice.index);
+  if (mode == ShardMode::Dynamic) return std::make_unique<DynamicWork>(world.make_counter(), lo, hi);
+  std::vector<int64_t> mine;
+  if (mode == ShardMode::Strided) {
+    for (int64_t i = lo; i < hi; ++i)
+      if ((i - lo) % world.size() == world.rank()) mine.push_back(i);
+  } else {
+    const auto [b, e] = contiguous_range(hi - lo, world.size(), world.rank());
+    for (int64_t i = lo + b; i < lo + e; ++i) mine.push_back(i);
+  }
+  return std::make_unique<ListWork>(std::move(mine));
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,43 @@
+// Which images a rank makes. Job arrays first take a contiguous slice of the prompt list
+// (--array-index I --array-count N, defaults from SLURM_ARRAY_TASK_ID/_MIN/_COUNT); the ranks
+// of a job then share that slice:
+//   contiguous  accelerate's split_between_processes: blocks, the first ranks take one more
+//   strided     index mod world size
+//   dynamic     the next index from a counter at rank 0 (MPI_Fetch_and_op): balanced when
+//               images differ in size or steps
+//   auto        dynamic when sizes/steps differ, else contiguous (contiguous also with
+//               --offload-text-encoder, which needs to know its prompts up front)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dist/world.h"
+#include "pipeline/job.h"
+#include "pipeline/runner.h"
+
+namespace ditbatch {
+
+enum class ShardMode { Auto, Contiguous, Strided, Dynamic };
+ShardMode parse_shard_mode(const std::string& name);
+std::string shard_mode_name(ShardMode mode);
+
+// Part `part` of `parts` over [0, n): accelerate's split (first n % parts parts get one more).
+std::pair<int64_t, int64_t> contiguous_range(int64_t n, int64_t parts, int64_t part);
+
+struct ArraySlice {
+  int64_t index = 0, count = 1;
+  // From the options when given (>= 0), else from SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN and
+  // SLURM_ARRAY_TASK_COUNT, else the whole list.
+  static ArraySlice resolve(int64_t index_option, int64_t count_option);
+};
+
+ShardMode resolve_shard_mode(ShardMode requested, const std::vector<ImageJob>& jobs, bool offload_text_encoder);
+
+// This rank's work over the array slice of `jobs` (collective for dynamic).
+std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world);
+
+}  // namespace ditbatch

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
+# usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | idle | empty | failure |
+#        kill-rerun | weights-once)
+set -euo pipefail
+case_name=$1 exe=$2 model=$3
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/ditbatch-mpi-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive   # the same arithmetic on every rank, any -n
+
+prompts="$work/prompts.txt"
+for i in 0 1 2 3 4 5 6; do echo "test prompt number $i, a small scene"; done > "$prompts"
+
+size=(--width 48 --height 32)
+gen() {  # gen N OUT [extra args...]
+  local n=$1 out=$2
+  shift 2
+  mpiexec -n "$n" "$exe" generate --weights "$model" --out "$out" "${size[@]}" --steps 3 "$@"
+}
+check() { python3 "$here/check_outputs.py" "$@"; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+case $case_name in
+  placement)
+    # Byte-identical images for -n 1, 2, 3 and every shard mode.
+    gen 1 "$work/ref" --prompts "$prompts" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/ref" 7
+    for n in 2 3; do
+      for shard in contiguous strided dynamic; do
+        gen "$n" "$work/n$n-$shard" --prompts "$prompts" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n $n $shard"; }
+        grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+        check "$work/n$n-$shard" 7 "$work/ref"
+        [ "$(grep -c '  rank [0-9]* on' "$work/log")" = "$n" ] || fail "summary does not list $n ranks"
+      done
+    done
+    # Mixed sizes make auto pick dynamic.
+    printf '{"prompt": "a", "width": 32}\n{"prompt": "b", "steps": 2}\n{"prompt": "c"}\n' > "$work/mixed.jsonl"
+    gen 2 "$work/mixed" --prompts "$work/mixed.jsonl" > "$work/log" 2>&1 || { cat "$work/log"; fail "mixed"; }
+    grep -q "shard dynamic" "$work/log" || fail "auto did not choose dynamic for mixed sizes"
+    check "$work/mixed" 3
+    ;;
+  idle)
+    # More ranks than prompts: the idle ranks exit cleanly.
+    gen 3 "$work/out" --prompt "only one" > "$work/log" 2>&1 || { cat "$work/log"; fail "exit status"; }
+    check "$work/out" 1
+    grep -q "summary: 1 done, 0 skipped, 0 failed" "$work/log" || { cat "$work/log"; fail "summary"; }
+    ;;
+  empty)
+    : > "$work/empty.txt"
+    gen 2 "$work/out" --prompts "$work/empty.txt" > "$work/log" 2>&1 || { cat "$work/log"; fail "exit status"; }
+    grep -q "nothing to do" "$work/log" || fail "no 'nothing to do' message"
+    [ -f "$work/out/manifest.jsonl" ] && [ ! -s "$work/out/manifest.jsonl" ] || fail "expected an empty manifest"
+    # A bad prompt file: reported once (by rank 0), every rank exits non-zero.
+    printf '{"prompt": "ok"}\n{"prompt": "x", "colour": "red"}\n' > "$work/bad.jsonl"
+    set +e
+    gen 3 "$work/bad" --prompts "$work/bad.jsonl" > "$work/log" 2>&1
+    status=$?
+    set -e
+    [ "$status" -ne 0 ] || fail "a bad prompt file exited 0"
+    [ "$(grep -c 'bad.jsonl:2: unknown field "colour"' "$work/log")" = 1 ] || { cat "$work/log"; fail "error not reported exactly once"; }
+    ;;
+  failure)
+    # One image cannot be written (a folder sits at its PNG's name): recorded, the rest go on.
+    mkdir -p "$work/out/000003-test-prompt-number-3-a-small-scene.png"
+    set +e
+    gen 2 "$work/out" --prompts "$prompts" > "$work/log" 2>&1
+    status=$?
+    set -e
+    [ "$status" = 1 ] || { cat "$work/log"; fail "exit status $status, expected 1"; }
+    grep -q "summary: 6 done, 0 skipped, 1 failed" "$work/log" || { cat "$work/log"; fail "summary"; }
+    python3 - "$work/out/manifest.jsonl" <<'PY' || fail "manifest"
+import json, sys
+lines = {l["index"]: l for l in map(json.loads, open(sys.argv[1]))}
+assert len(lines) == 7, lines.keys()
+assert lines[3]["status"] == "failed" and "cannot write" in lines[3]["error"], lines[3]
+assert all(lines[i]["status"] == "ok" for i in lines if i != 3)
+PY
+    ;;
+  kill-rerun)
+    # Killed mid-run with -n 3, rerun with -n 2: every image present, none duplicated or corrupt,
+    # and the same bytes as an uninterrupted run.
+    for i in $(seq 0 11); do echo "kill test prompt $i"; done > "$work/many.txt"
+    size=(--width 64 --height 64)
+    gen 1 "$work/ref" --prompts "$work/many.txt" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    setsid mpiexec -n 3 "$exe" generate --weights "$model" --out "$work/out" --prompts "$work/many.txt" \
+      --width 64 --height 64 --steps 3 > "$work/killed.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do
+      [ "$(ls "$work/out"/*.png 2>/dev/null | wc -l)" -ge 3 ] && break
+      sleep 0.05
+    done
+    kill -9 -- -"$pid" 2>/dev/null || kill -9 "$pid"
+    wait "$pid" 2>/dev/null || true
+    made=$(ls "$work/out"/*.png 2>/dev/null | wc -l)
+    [ "$made" -lt 12 ] || fail "the run finished before the kill; the test proves nothing"
+    gen 2 "$work/out" --prompts "$work/many.txt" > "$work/log" 2>&1 || { cat "$work/log"; fail "rerun"; }
+    check "$work/out" 12 "$work/ref"
+    ;;
+  weights-once)
+    # 3 ranks on one node: bytes read from the weight file total about 1x the file.
+    gen 3 "$work/out" --prompts "$prompts" --log-dir "$work/logs" > "$work/log" 2>&1 || { cat "$work/log"; fail "run"; }
+    size=$(stat -c %s "$model")
+    total=$(grep -o 'weights read from [^:]*: [0-9.]* MB in all' "$work/log" | grep -o '[0-9.]* MB' | grep -o '[0-9.]*')
+    python3 -c "
+size, total = $size / 1e6, $total
+print(f'file {size:.1f} MB, read by all ranks {total:.1f} MB')
+assert 0.9 * size <= total <= 1.2 * size, 'weights were not read once per node'
+"
+    [ "$(ls "$work/logs" | wc -l)" = 3 ] || fail "expected one log file per rank"
+    grep -q "\[rank 2/3\]" "$work/logs/rank-00002.log" || fail "rank 2's log lacks its prefix"
+    ;;
+  *) fail "unknown case $case_name" ;;
+esac
+echo "PASS: $case_name"
