@@ -237,3 +237,15 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   EXPECT_EQ(resumed.status, 0);
   EXPECT_EQ(pngs_in(dir / "out").size(), 8u);
 }
+
+TEST(Generate, OffloadingTheTextEncoderChangesNothingInTheImages) {
+  TempDir dir;
+  const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --negative-prompt 'blurry'";
+  ASSERT_EQ(test::run(generate_cmd(dir / "a", prompts)).status, 0);
+  auto r = test::run(generate_cmd(dir / "b", prompts + " --offload-text-encoder"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("encoded 3 prompts"), std::string::npos) << r.output;  // 2 prompts + 1 negative
+  EXPECT_NE(r.output.find("releasing the text encoder"), std::string::npos) << r.output;
+  for (const auto& name : pngs_in(dir / "a"))
+    EXPECT_EQ(test::read_text(dir / ("a/" + name)), test::read_text(dir / ("b/" + name))) << name;
+}
