@@ -66,10 +66,8 @@ std::string QwenTextEncoder::tensor_prefix(const Component& comp) {
 }
 
 QwenTextEncoder::QwenTextEncoder(Backend& backend, const Component& component)
-    : be_(backend), config_(TextEncoderConfig::from(component.config())) {
-  ComponentLoader loader(component, tensor_prefix(component));
-  bind(loader, &be_, config_, w_);
-}
+    : QwenTextEncoder(backend, TextEncoderConfig::from(component.config()),
+                      ComponentLoader(component, tensor_prefix(component))) {}
 
 QwenTextEncoder::QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
   bind(binder, &be_, config_, w_);

@@ -32,6 +32,8 @@ class QwenTextEncoder {
   QwenTextEncoder(Backend& backend, const Component& component);
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder);
+  QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder&& binder)
+      : QwenTextEncoder(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const TextEncoderConfig& config, const std::string& prefix = "model.");
   // The state-dict prefix in front of embed_tokens / layers / norm in this component:
   // "model." (legacy checkpoints) or "model.language_model." (transformers >= 4.52 names).

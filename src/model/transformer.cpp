@@ -82,10 +82,7 @@ void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerC
 }
 
 QwenImageTransformer::QwenImageTransformer(Backend& backend, const Component& component)
-    : be_(backend), config_(TransformerConfig::from(component.config())) {
-  ComponentLoader loader(component);
-  bind(loader, &be_, config_, w_);
-}
+    : QwenImageTransformer(backend, TransformerConfig::from(component.config()), ComponentLoader(component)) {}
 
 QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
   bind(binder, &be_, config_, w_);

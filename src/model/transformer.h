@@ -44,6 +44,7 @@ class QwenImageTransformer {
   QwenImageTransformer(Backend& backend, const Component& component);
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder);
+  QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder&& binder) : QwenImageTransformer(backend, config, binder) {}
   // The tensors a model with this config holds (for make-tiny and checks).
   static std::vector<WeightSpec> weight_specs(const TransformerConfig& config);
 

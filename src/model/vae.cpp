@@ -123,10 +123,7 @@ void VaeDecoder::bind(WeightBinder& b, Backend* be, const VaeConfig& c, Weights&
 }
 
 VaeDecoder::VaeDecoder(Backend& backend, const Component& component)
-    : be_(backend), config_(VaeConfig::from(component.config())) {
-  ComponentLoader loader(component);
-  bind(loader, &be_, config_, w_);
-}
+    : VaeDecoder(backend, VaeConfig::from(component.config()), ComponentLoader(component)) {}
 
 VaeDecoder::VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
   bind(binder, &be_, config_, w_);

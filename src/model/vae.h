@@ -30,6 +30,7 @@ class VaeDecoder {
   VaeDecoder(Backend& backend, const Component& component);
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder);
+  VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder&& binder) : VaeDecoder(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const VaeConfig& config);
   const VaeConfig& config() const { return config_; }
 

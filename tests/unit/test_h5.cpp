@@ -91,14 +91,6 @@ void write_store(const std::string& path) {
   w.finish();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
 
 }  // namespace
 
@@ -122,30 +114,30 @@ TEST(WeightStore, ClearErrors) {
   TempDir dir;
   const std::string good = dir / "w.h5";
   write_store(good);
-  EXPECT_NE(error_of([&] { WeightStore::open(dir / "missing.h5"); }).find("missing.h5: no such file"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { WeightStore::open(dir / "missing.h5"); }).find("missing.h5: no such file"), std::string::npos);
   test::write_text(dir / "text.h5", "this is not an HDF5 file at all, just text\n");
-  EXPECT_NE(error_of([&] { WeightStore::open(dir / "text.h5"); }).find("not an HDF5 file"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { WeightStore::open(dir / "text.h5"); }).find("not an HDF5 file"), std::string::npos);
   // A valid HDF5 file that is not a ditbatch weight file.
   h5::File::create(dir / "plain.h5");
-  EXPECT_NE(error_of([&] { WeightStore::open(dir / "plain.h5"); }).find("not a ditbatch weight file"), std::string::npos);
+  EXPECT_NE(test::input_error_of([&] { WeightStore::open(dir / "plain.h5"); }).find("not a ditbatch weight file"), std::string::npos);
   {
     h5::File f = h5::File::create(dir / "future.h5");
     f.root().set_attr("format_version", int64_t{99});
   }
-  EXPECT_NE(error_of([&] { WeightStore::open(dir / "future.h5"); }).find("version 99 is not supported"),
+  EXPECT_NE(test::input_error_of([&] { WeightStore::open(dir / "future.h5"); }).find("version 99 is not supported"),
             std::string::npos);
   WeightStore s = WeightStore::open(good);
-  std::string msg = error_of([&] { s.component("vae"); });
+  std::string msg = test::input_error_of([&] { s.component("vae"); });
   EXPECT_NE(msg.find("missing component 'vae' (the file has: transformer)"), std::string::npos) << msg;
   Component c = s.component("transformer");
-  msg = error_of([&] { c.tensor("transformer_blocks.0.attn.to_v.weight"); });
+  msg = test::input_error_of([&] { c.tensor("transformer_blocks.0.attn.to_v.weight"); });
   EXPECT_NE(msg.find("missing tensor 'transformer_blocks.0.attn.to_v.weight'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("closest: transformer_blocks.0.attn.to_k.weight"), std::string::npos) << msg;
-  msg = error_of([&] { c.tensor("transformer_blocks.0.attn.to_q.weight", {3, 2}, "heads 1 x dim 3"); });
+  msg = test::input_error_of([&] { c.tensor("transformer_blocks.0.attn.to_q.weight", {3, 2}, "heads 1 x dim 3"); });
   EXPECT_NE(msg.find("shape [2, 3] does not match the expected [3, 2] from the config: heads 1 x dim 3"),
             std::string::npos)
       << msg;
-  msg = error_of([&] { c.config().get_int("no_such_key"); });
+  msg = test::input_error_of([&] { c.config().get_int("no_such_key"); });
   EXPECT_NE(msg.find("config key 'no_such_key' is missing"), std::string::npos) << msg;
 }
 
@@ -160,7 +152,7 @@ TEST(WeightStore, UnsupportedDtypeIsAnError) {
     w.finish();
   }
   WeightStore s = WeightStore::open(dir / "w.h5");
-  std::string msg = error_of([&] { s.component("transformer").tensor("ids"); });
+  std::string msg = test::input_error_of([&] { s.component("transformer").tensor("ids"); });
   EXPECT_NE(msg.find("dtype i64, expected f32, bf16 or f16"), std::string::npos) << msg;
 }
 
@@ -170,7 +162,7 @@ TEST(WeightStore, TruncatedFileIsAClearError) {
   std::string bytes = test::read_text(dir / "w.h5");
   for (size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t{600}}) {
     test::write_text(dir / "cut.h5", bytes.substr(0, keep));
-    std::string msg = error_of([&] {
+    std::string msg = test::input_error_of([&] {
       WeightStore s = WeightStore::open(dir / "cut.h5");
       Component c = s.component("transformer");
       for (const auto& n : c.tensor_names()) c.tensor(n);

@@ -4,19 +4,12 @@
 #include "core/error.h"
 #include "io/prompt_file.h"
 #include "pipeline/job.h"
+#include "test_util.h"
 
 using namespace ditbatch;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
-}
 
 std::vector<ImageJob> jobs_of(const std::string& text, const std::string& name, GenerationDefaults d = {}) {
   return resolve_jobs(parse_prompt_text(text, name), d, Log::quiet());
@@ -78,7 +71,7 @@ TEST(PromptFile, CfgOneTurnsCfgOffAndSizesAreFloored) {
 
 TEST(PromptFile, EveryMalformedCaseNamesFileLineAndField) {
   auto check = [](const std::string& text, const std::string& expected) {
-    std::string msg = error_of([&] { jobs_of(text, "bad.jsonl"); });
+    std::string msg = test::input_error_of([&] { jobs_of(text, "bad.jsonl"); });
     EXPECT_NE(msg.find(expected), std::string::npos) << "expected '" << expected << "' in: " << msg;
   };
   check("{\"prompt\": \"ok\"}\n{\"prompt\": \"x\", \"sede\": 1}\n", "bad.jsonl:2: unknown field \"sede\"");
@@ -99,7 +92,7 @@ TEST(PromptFile, EveryMalformedCaseNamesFileLineAndField) {
   check("{\"prompt\": \"x\", \"name\": \"a\"}\n{\"prompt\": \"y\", \"name\": \"a\"}\n",
         "bad.jsonl:2: name \"a\" is already used by bad.jsonl:1");
   check(std::string("{\"prompt\": \"\xff\"}\n"), "bad.jsonl:1: not valid UTF-8");
-  EXPECT_NE(error_of([] { parse_prompt_text("x", "prompts.csv"); }).find("unknown prompt file type"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { parse_prompt_text("x", "prompts.csv"); }).find("unknown prompt file type"), std::string::npos);
 }
 
 TEST(PromptFile, Slugs) {

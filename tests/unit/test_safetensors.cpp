@@ -13,12 +13,7 @@ using test::TempDir;
 namespace {
 
 std::string error_of(const std::string& path) {
-  try {
-    SafetensorsFile::open(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no InputError)";
+  return test::input_error_of([&] { SafetensorsFile::open(path); });
 }
 
 // A file whose header is `header` (raw JSON text) followed by `data_bytes` bytes.

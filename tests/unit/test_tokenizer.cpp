@@ -18,6 +18,7 @@
 #include "model/prompt_tokens.h"
 #include "model/qwen_image_constants.h"
 #include "model/tokenizer.h"
+#include "test_util.h"
 
 using namespace ditbatch;
 namespace fs = std::filesystem;
@@ -101,20 +102,7 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-// The message of the InputError that `load` throws; a test failure if it throws nothing or another type.
-template <typename Fn>
-std::string input_error_of(Fn&& load) {
-  try {
-    load();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
-}
+using test::input_error_of;
 
 // A copy of the tiny tokenizer folder (4000 merges: small enough to rewrite per test).
 void copy_tiny_tokenizer(const TempDir& dir) {

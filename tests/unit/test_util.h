@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace ditbatch::test {
@@ -100,6 +102,20 @@ inline CommandResult run(const std::string& command) {
   int rc = pclose(p);
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return r;
+}
+
+// The message of the InputError that f throws; a test failure if it throws nothing or another type.
+inline std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected InputError, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected InputError, nothing was thrown";
+  return "";
 }
 
 inline std::string exe() { return DITBATCH_EXE; }
