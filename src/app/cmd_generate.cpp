@@ -248,7 +248,11 @@ int cmd_generate(const std::vector<std::string>& args) {
     auto reader = std::make_shared<NodeWeightReader>(world);
     const int64_t read_before = bytes_read_by_process();
     QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
-    Progress progress(log, static_cast<int64_t>(jobs.size()), world.size() == 1);
+    // This rank's share: known for static shards, an even share for dynamic ones.
+    const auto planned = work->planned();
+    const int64_t share = planned ? static_cast<int64_t>(planned->size())
+                                  : (static_cast<int64_t>(jobs.size()) + world.size() - 1) / world.size();
+    Progress progress(log, share, world.size() == 1);
     RunSummary summary =
         run_generation(pipeline, jobs, *work, o.run, OutputProvenance::from(weights, pipeline), progress, log);
     report.done = summary.done;
