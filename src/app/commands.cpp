@@ -18,6 +18,7 @@ struct CommandInfo {
 
 const std::map<std::string, CommandInfo>& commands() {
   static const std::map<std::string, CommandInfo> table = {
+      {"bench", {cmd_bench, "time the transformer (or VAE, text encoder) on random inputs"}},
       {"convert", {cmd_convert, "turn a Hugging Face diffusers folder into a ditbatch .h5"}},
       {"generate", {cmd_generate, "make one PNG per prompt (the main job)"}},
       {"inspect", {cmd_inspect, "show what a ditbatch .h5 holds"}},

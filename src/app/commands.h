@@ -10,6 +10,7 @@ namespace ditbatch {
 int run_command_line(int argc, char** argv);
 
 // Each takes the arguments after the command name.
+int cmd_bench(const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);

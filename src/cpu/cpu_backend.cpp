@@ -1,17 +1,63 @@
 #include "cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <immintrin.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
 
+// OpenBLAS's run-time kernel selection (DYNAMIC_ARCH builds export these; weak, so that a
+// build against another BLAS or a single-target OpenBLAS still links and skips the fix below).
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+// SLEEF's tanh and exp within 1.0 ULP, their FMA builds (declared here: sleef.h shows the vector
+// types only to code compiled for them). The AVX-512 and AVX2 variants give the same bits for
+// every input (checked over 3e8 floats each); the tanh is the one torch's vectorised CPU GELU calls.
+__m512 Sleef_tanhf16_u10avx512f(__m512);
+__m256 Sleef_tanhf8_u10avx2(__m256);
+__m512 Sleef_expf16_u10avx512f(__m512);
+__m256 Sleef_expf8_u10avx2(__m256);
+}
+
 namespace ditbatch {
 namespace {
+
+// OpenBLAS picks its kernels by CPU model when the library loads. A model it does not know
+// (Debian's 0.3.21 on Emerald Rapids, model 0xCF, or a VM that hides the model) falls back to
+// the SSE3 "Prescott" kernels, about 3x slower than the AVX-512 ones on the same cores. When
+// that happened and the user did not choose (OPENBLAS_CORETYPE), select the kernels by the
+// instruction sets the CPU and OS do support, once, before the first GEMM. This is what
+// OPENBLAS_CORETYPE=SkylakeX at start-up does.
+void select_blas_kernels() {
+  static const bool done = [] {
+    const char* core = openblas_get_corename();
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || std::getenv("OPENBLAS_CORETYPE") || !core ||
+        strcasecmp(core, "prescott") != 0)
+      return true;
+    const char* target = nullptr;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+      target = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      target = "Haswell";
+    if (!target) return true;
+    setenv("OPENBLAS_CORETYPE", target, 0);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+    return true;
+  }();
+  (void)done;
+}
 
 // Every op takes host fp32 tensors; a wrong one is a programming error worth a clear message.
 void expect_f32(const char* op, const Tensor& t, const char* what) {
@@ -22,6 +68,82 @@ void expect_f32(const char* op, const Tensor& t, const char* what) {
 
 void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
   DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+}
+
+// tanh and exp in place over n values: SLEEF's vector functions where the CPU has them (the tail
+// goes through the same vector function, masked or padded), else the scalar libm function.
+enum class VectorIsa { Avx512, Avx2, None };
+
+VectorIsa vector_isa() {
+  static const VectorIsa isa = __builtin_cpu_supports("avx512f")                                  ? VectorIsa::Avx512
+                               : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? VectorIsa::Avx2
+                                                                                                  : VectorIsa::None;
+  return isa;
+}
+
+template <__m512 (*f)(__m512)>
+__attribute__((target("avx512f"))) void map_avx512(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, f(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(x + i, tail, f(_mm512_maskz_loadu_ps(tail, x + i)));
+  }
+}
+
+template <__m256 (*f)(__m256)>
+__attribute__((target("avx2,fma"))) void map_avx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, f(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    float lanes[8] = {0};
+    std::memcpy(lanes, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    _mm256_storeu_ps(lanes, f(_mm256_loadu_ps(lanes)));
+    std::memcpy(x + i, lanes, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+void tanh_inplace(float* x, int64_t n) {
+  switch (vector_isa()) {
+    case VectorIsa::Avx512: map_avx512<Sleef_tanhf16_u10avx512f>(x, n); break;
+    case VectorIsa::Avx2: map_avx2<Sleef_tanhf8_u10avx2>(x, n); break;
+    case VectorIsa::None:
+      for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+      break;
+  }
+}
+
+void exp_inplace(float* x, int64_t n) {
+  switch (vector_isa()) {
+    case VectorIsa::Avx512: map_avx512<Sleef_expf16_u10avx512f>(x, n); break;
+    case VectorIsa::Avx2: map_avx2<Sleef_expf8_u10avx2>(x, n); break;
+    case VectorIsa::None:
+      for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
+      break;
+  }
+}
+
+// Sum and maximum in 16 interleaved lanes, combined in a fixed order: vectorisable without
+// reassociating, and the same result for a row whatever the thread count.
+float lane_sum(const float* x, int64_t n) {
+  float lanes[16] = {0};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += x[j + l];
+  for (int l = 0; j < n; ++j, ++l) lanes[l] += x[j];
+  float total = 0.0f;
+  for (float v : lanes) total += v;
+  return total;
+}
+
+float lane_max(const float* x, int64_t n) {
+  float lanes[16];
+  std::fill(lanes, lanes + 16, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] = std::max(lanes[l], x[j + l]);
+  for (int l = 0; j < n; ++j, ++l) lanes[l] = std::max(lanes[l], x[j]);
+  return *std::max_element(lanes, lanes + 16);
 }
 
 // Parallelise only loops big enough to pay for the threads.
@@ -63,6 +185,7 @@ void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
 // ---- dense linear algebra ------------------------------------------------------------------
 
 Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
+  select_blas_kernels();
   expect_f32("linear", x, "x");
   expect_f32("linear", w, "w");
   DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
@@ -71,29 +194,37 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
   const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
   Shape out_shape = x.shape();
   out_shape.back() = N;
-  Tensor y = Tensor::host(out_shape);
-  float* yp = y.data<float>();
-  if (M > 0 && N > 0) {
-    if (K == 0) {
-      std::fill(yp, yp + M * N, 0.0f);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N),
-                  static_cast<int>(K), 1.0f, x.data<float>(), static_cast<int>(K), w.data<float>(),
-                  static_cast<int>(K), 0.0f, yp, static_cast<int>(N));
-    }
-  }
   if (bias) {
     expect_f32("linear", *bias, "bias");
     DITBATCH_CHECK(bias->numel() == N, "linear: bias {} for N = {}", bias->describe(), N);
+  }
+  Tensor y = Tensor::host(out_shape);
+  float* yp = y.data<float>();
+  if (M == 0 || N == 0) return y;
+  // As torch's addmm: the output starts as the bias (or zero) and the GEMM adds x w^T to it,
+  // which saves a pass over the output.
+  if (bias) {
     const float* b = bias->data<float>();
 #pragma omp parallel for schedule(static) if (M * N > kParallelMin)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) yp[i * N + j] += b[j];
+    for (int64_t i = 0; i < M; ++i) std::memcpy(yp + i * N, b, static_cast<size_t>(N) * sizeof(float));
+  } else if (K == 0) {
+    std::fill(yp, yp + M * N, 0.0f);
+  }
+  const float beta = bias ? 1.0f : 0.0f;
+  if (K == 0) return y;
+  if (M == 1) {  // the timestep modulations: a GEMM would pack all of w to use it once
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(N), static_cast<int>(K), 1.0f, w.data<float>(),
+                static_cast<int>(K), x.data<float>(), 1, beta, yp, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), 1.0f, x.data<float>(), static_cast<int>(K), w.data<float>(),
+                static_cast<int>(K), beta, yp, static_cast<int>(N));
   }
   return y;
 }
 
 Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  select_blas_kernels();
   expect_f32("conv2d_3x3", x, "x");
   expect_f32("conv2d_3x3", w, "w");
   expect_f32("conv2d_3x3", bias, "bias");
@@ -140,6 +271,7 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
 // (16,384 tokens) never materialises its 1 GiB score matrix.
 Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              bool causal) {
+  select_blas_kernels();
   expect_f32("attention", q, "q");
   expect_f32("attention", k, "k");
   expect_f32("attention", v, "v");
@@ -180,19 +312,15 @@ Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, 
         for (int64_t i = 0; i < nq; ++i) {
           float* s = scores.data() + i * BK;
           const int64_t valid = causal ? std::clamp<int64_t>(q0 + i - k0 + 1, 0, nk) : nk;
-          float block_max = neg_inf;
-          for (int64_t j = 0; j < valid; ++j) block_max = std::max(block_max, s[j]);
-          const float new_max = std::max(row_max[i], block_max);
+          const float new_max = std::max(row_max[i], lane_max(s, valid));
           if (new_max == neg_inf) {  // every key so far masked: nothing to add
             std::fill(s, s + nk, 0.0f);
             continue;
           }
           const float correction = std::exp(row_max[i] - new_max);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < valid; ++j) {
-            s[j] = std::exp(s[j] - new_max);
-            sum += s[j];
-          }
+          for (int64_t j = 0; j < valid; ++j) s[j] -= new_max;
+          exp_inplace(s, valid);
+          const float sum = lane_sum(s, valid);
           std::fill(s + valid, s + nk, 0.0f);
           row_sum[i] = row_sum[i] * correction + sum;
           row_max[i] = new_max;
@@ -311,14 +439,20 @@ Tensor CpuBackend::gelu_tanh(const Tensor& x) {
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
   const int64_t n = x.numel();
-  // The constants and operation order of torch's GELU(approximate="tanh").
+  // The constants and operation order of torch's GELU(approximate="tanh"), each op rounded.
+  // Three passes over a chunk that stays in L1, so that tanh runs vectorised in the middle.
   const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
   const float kappa = 0.044715f;
+  constexpr int64_t kChunk = 2048;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = xp[i];
-    const float inner = beta * (v + kappa * (v * v * v));
-    yp[i] = 0.5f * v * (1.0f + std::tanh(inner));
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kChunk, count = std::min(kChunk, n - begin);
+    const float* v = xp + begin;
+    float* out = yp + begin;
+    for (int64_t i = 0; i < count; ++i) out[i] = beta * (v[i] + kappa * (v[i] * v[i] * v[i]));
+    tanh_inplace(out, count);
+    for (int64_t i = 0; i < count; ++i) out[i] = 0.5f * v[i] * (1.0f + out[i]);
   }
   return y;
 }

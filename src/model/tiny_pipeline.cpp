@@ -1,13 +1,13 @@
 #include "model/tiny_pipeline.h"
 
-#include <cmath>
+#include <algorithm>
 #include <filesystem>
-#include <random>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_constants.h"
+#include "model/random_weights.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
@@ -52,28 +52,6 @@ std::string scheduler_config() {
  "max_image_seq_len": 8192, "shift_terminal": 0.02, "time_shift_type": "exponential", "invert_sigmas": false,
  "use_karras_sigmas": false, "use_exponential_sigmas": false, "use_beta_sigmas": false,
  "stochastic_sampling": false})";
-}
-
-// Each tensor gets its own stream (seed, name), so its values do not depend on the others.
-std::vector<float> random_values(uint64_t seed, const WeightSpec& spec) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the name, mixed with the seed
-  for (char ch : spec.name) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  std::mt19937_64 rng(h ^ (seed * 0x9E3779B97F4A7C15ull));
-  std::normal_distribution<double> normal(0.0, 1.0);
-  const int64_t n = shape_numel(spec.shape);
-  int64_t fan_in = spec.shape.size() > 1 ? n / spec.shape[0] : 1;
-  if (spec.shape.size() == 5) fan_in = spec.shape[1] * spec.shape[3] * spec.shape[4];  // one temporal slice is used
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) {
-    const double g = normal(rng);
-    switch (spec.init) {
-      case WeightInit::Matrix: x = static_cast<float>(g / std::sqrt(static_cast<double>(fan_in))); break;
-      case WeightInit::Bias: x = static_cast<float>(0.02 * g); break;
-      case WeightInit::Gain: x = static_cast<float>(1.0 + 0.1 * g); break;
-      case WeightInit::Embedding: x = static_cast<float>(g); break;
-    }
-  }
-  return v;
 }
 
 void write_random_component(WeightWriter& writer, const std::string& name, const std::string& config,

@@ -1,0 +1,419 @@
+// `ditbatch bench dit|vae|text`: times one model on random inputs and prints ms per call,
+// GFLOP/s from an explicit FLOP count, peak RSS and the threads used, as an aligned table on
+// stdout and one "BENCH_JSON {...}" line for scripts (tools/bench/compare_dit.sh). Weights come
+// from a weight file or from RandomWeights with a named configuration, so the real 20B shapes
+// can be timed without the real checkpoint.
+#include <fmt/ranges.h>
+#include <omp.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "app/backends.h"
+#include "app/commands.h"
+#include "app/options.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/timer.h"
+#include "io/config.h"
+#include "io/weight_store.h"
+#include "model/random_weights.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
+
+namespace ditbatch {
+
+namespace {
+
+// ---- named configurations ------------------------------------------------------------------
+
+// tiny: make-tiny's models. small: a 4-block DiT with the real joint dim, the size that the
+// CPU comparison with diffusers runs. real: the published Qwen-Image configs.
+using Presets = std::vector<std::pair<std::string, std::string>>;
+
+const Presets& dit_presets() {
+  static const Presets presets = {
+      {"tiny", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 2, "attention_head_dim": 32,
+                   "num_attention_heads": 2, "joint_attention_dim": 64, "axes_dims_rope": [8, 12, 12]})"},
+      {"small", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 4, "attention_head_dim": 64,
+                    "num_attention_heads": 8, "joint_attention_dim": 3584, "axes_dims_rope": [16, 24, 24]})"},
+      {"real", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 60, "attention_head_dim": 128,
+                   "num_attention_heads": 24, "joint_attention_dim": 3584, "axes_dims_rope": [16, 56, 56]})"},
+  };
+  return presets;
+}
+
+const Presets& vae_presets() {
+  // The decoder never reads latents_mean/std (bench decodes z directly); from() wants z_dim of each.
+  auto config = [](int base_dim) {
+    return fmt::format(R"({{"base_dim": {}, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+                            "temperal_downsample": [false, true, true], "latents_mean": [{}], "latents_std": [{}]}})",
+                       base_dim, fmt::join(std::vector<int>(16, 0), ", "), fmt::join(std::vector<int>(16, 1), ", "));
+  };
+  static const Presets presets = {{"tiny", config(16)}, {"small", config(48)}, {"real", config(96)}};
+  return presets;
+}
+
+const Presets& text_presets() {
+  static const Presets presets = {
+      {"tiny", R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "intermediate_size": 128, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
+      {"small", R"({"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+                    "intermediate_size": 1536, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
+      {"real", R"({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                   "intermediate_size": 18944, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
+  };
+  return presets;
+}
+
+// --config NAME | JSON text | path of a config.json -> (label, parsed config).
+std::pair<std::string, Config> resolve_config(const std::string& value, const Presets& presets) {
+  for (const auto& [name, json] : presets)
+    if (value == name) return {value, Config::parse(json, "--config " + value)};
+  if (!value.empty() && value.front() == '{') return {"json", Config::parse(value, "--config")};
+  if (file_exists(value)) return {value, Config::parse(read_file(value), value)};
+  std::string names;
+  for (const auto& preset : presets) names += (names.empty() ? "" : ", ") + preset.first;
+  fail_input("--config '{}': not one of {}, a JSON object or an existing config.json", value, names);
+}
+
+// ---- measuring -----------------------------------------------------------------------------
+
+// CPU time of the whole process (all threads): with one thread, the figure that machine load
+// disturbs least (wall time also counts the time other processes hold the core).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux (the VmHWM figure)
+}
+
+// "WxH" -> (W, H), both positive multiples of `multiple`.
+std::pair<int64_t, int64_t> parse_size(const std::string& text, int64_t multiple) {
+  long long width = 0, height = 0;
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%lldx%lld%c", &width, &height, &extra) != 2 || width <= 0 || height <= 0)
+    fail_input("--size '{}': expected WIDTHxHEIGHT in pixels, e.g. 256x256", text);
+  if (width % multiple || height % multiple)
+    fail_input("--size {}: width and height must be multiples of {}", text, multiple);
+  return {width, height};
+}
+
+// A deterministic random input tensor (the Uniform draw at unit scale: not zeros, no denormals).
+Tensor random_input(const std::string& name, const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::host(shape, DType::F32);
+  fill_random(seed, WeightSpec{name, shape, WeightInit::Embedding, "bench input"}, RandomDraw::Uniform,
+              t.data<float>());
+  return t;
+}
+
+// Times of the timed calls and the figures derived from them.
+struct Timing {
+  std::vector<double> ms;      // wall time, one entry per timed call (a CFG step counts as two forwards)
+  std::vector<double> cpu_ms;  // process CPU time, likewise
+  double mean() const { return average(ms); }
+  double min() const { return ms.empty() ? 0.0 : *std::min_element(ms.begin(), ms.end()); }
+  double cpu_mean() const { return average(cpu_ms); }
+  static double average(const std::vector<double>& v) {
+    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
+  // Times fn() once and records it as `calls` calls of equal length.
+  template <typename Fn>
+  void time(int calls, Fn&& fn) {
+    Stopwatch watch;
+    const double cpu0 = process_cpu_seconds();
+    fn();
+    const double cpu = (process_cpu_seconds() - cpu0) * 1e3 / calls, wall = watch.seconds() * 1e3 / calls;
+    for (int k = 0; k < calls; ++k) {
+      ms.push_back(wall);
+      cpu_ms.push_back(cpu);
+    }
+  }
+};
+
+struct Report {
+  std::string bench, unit;                                // "dit", "forward"
+  std::vector<std::pair<std::string, std::string>> rows;  // the table, after the timing lines
+  nlohmann::ordered_json json;
+};
+
+// The aligned table, then the JSON line. The table's figures and the JSON's are the same numbers.
+void print_report(Report& r, const Timing& timing, double flops, int warmup) {
+  const double mean = timing.mean(), best = timing.min();
+  std::vector<std::pair<std::string, std::string>> rows = r.rows;
+  rows.emplace_back("timed", fmt::format("{} {}{} after {} warm-up", timing.ms.size(), r.unit,
+                                         timing.ms.size() == 1 ? "" : "s", warmup));
+  rows.emplace_back("ms/" + r.unit,
+                    fmt::format("mean {:.2f}   min {:.2f}   (CPU time: mean {:.2f})", mean, best, timing.cpu_mean()));
+  if (flops > 0) {
+    rows.emplace_back("GFLOP/" + r.unit, fmt::format("{:.3f}", flops / 1e9));
+    const bool tera = flops / mean > 1e9;  // a GPU: more than 1 TFLOP/s
+    rows.emplace_back(tera ? "TFLOP/s" : "GFLOP/s",
+                      fmt::format("mean {:.1f}   best {:.1f}", flops / mean * (tera ? 1e-9 : 1e-6),
+                                  flops / best * (tera ? 1e-9 : 1e-6)));
+  }
+  rows.emplace_back("peak RSS", fmt::format("{:.1f} MiB", peak_rss_mib()));
+  size_t width = 0;
+  for (const auto& row : rows) width = std::max(width, row.first.size());
+  std::cout << "bench " << r.bench << "\n";
+  for (const auto& [key, value] : rows)
+    std::cout << "  " << key << std::string(width - key.size() + 2, ' ') << value << "\n";
+
+  r.json[fmt::format("ms_per_{}_mean", r.unit)] = mean;
+  r.json[fmt::format("ms_per_{}_min", r.unit)] = best;
+  r.json[fmt::format("cpu_ms_per_{}_mean", r.unit)] = timing.cpu_mean();
+  r.json["timed"] = timing.ms.size();
+  r.json["warmup"] = warmup;
+  if (flops > 0) {
+    r.json["flops"] = flops;
+    r.json["gflops_per_s"] = flops / mean * 1e-6;
+  } else {
+    r.json["flops"] = nullptr;
+    r.json["gflops_per_s"] = nullptr;
+  }
+  r.json["peak_rss_mib"] = peak_rss_mib();
+  std::cout << "BENCH_JSON " << r.json.dump() << std::endl;
+}
+
+struct CommonOptions {
+  std::string weights, config, size, backend_kind, log_level;
+  int steps = 3, warmup = 1, device = 0;
+  int64_t text_tokens = 20;
+  bool cfg = false;
+  uint64_t seed = 0;
+};
+
+// The header fields every bench reports.
+void common_header(Report& r, const CommonOptions& o, const std::string& config_label, Backend& be,
+                   const RandomWeights* random, double weights_s) {
+  const int threads = omp_get_max_threads();
+  r.rows.emplace_back("backend", fmt::format("{}, {} OpenMP thread{}", be.name(), threads, threads == 1 ? "" : "s"));
+  if (random)
+    r.rows.emplace_back("weights", fmt::format("{:.1f} M random parameters (seed {}) made in {:.2f} s",
+                                               random->values() / 1e6, o.seed, weights_s));
+  else
+    r.rows.emplace_back("weights", fmt::format("{} loaded in {:.2f} s", o.weights, weights_s));
+  r.json["bench"] = r.bench;
+  r.json["engine"] = "ditbatch";
+  r.json["backend"] = be.name();
+  r.json["threads"] = threads;
+  r.json["config"] = config_label;
+  r.json["weights_s"] = weights_s;
+}
+
+// ---- dit -----------------------------------------------------------------------------------
+
+int bench_dit(const CommonOptions& o, Backend& be) {
+  const auto [width, height] = parse_size(o.size, 16);  // VAE factor 8 x patch 2
+  const int64_t h = height / 16, w = width / 16, S = h * w, L = o.text_tokens;
+  if (L < 1) fail_input("--text-tokens {}: must be at least 1", L);
+
+  Stopwatch load;
+  std::unique_ptr<QwenImageTransformer> model;
+  std::unique_ptr<RandomWeights> random;
+  std::unique_ptr<WeightStore> store;
+  std::string label;
+  if (!o.weights.empty()) {
+    store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
+    model = std::make_unique<QwenImageTransformer>(be, store->component("transformer"));
+    label = o.weights;
+  } else {
+    auto [name, config] = resolve_config(o.config, dit_presets());
+    label = name;
+    random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
+    model = std::make_unique<QwenImageTransformer>(be, TransformerConfig::from(config), *random);
+  }
+  be.synchronize();
+  const double weights_s = load.seconds();
+  const TransformerConfig& c = model->config();
+
+  const Tensor latents = be.upload(random_input("bench.latents", {S, c.in_channels}, o.seed), DType::F32);
+  const Tensor text = be.upload(random_input("bench.text", {L, c.joint_attention_dim}, o.seed), be.act_dtype());
+  const int per_step = o.cfg ? 2 : 1;
+  // One step: condition() once, then one forward (or two sharing it with --cfg), as the pipeline.
+  auto step = [&](int i, int n) {
+    const float tt = 1.0f - static_cast<float>(i) / static_cast<float>(std::max(n, 1));
+    TimestepConditioning cond = model->condition(tt);
+    for (int k = 0; k < per_step; ++k) (void)model->forward(latents, text, L, h, w, cond);
+    be.synchronize();
+  };
+  for (int i = 0; i < o.warmup; ++i) step(i, o.warmup);
+  Timing timing;
+  for (int i = 0; i < o.steps; ++i) timing.time(per_step, [&] { step(i, o.steps); });
+  const double flops = QwenImageTransformer::forward_flops(c, S, L);
+
+  Report r{"dit", "forward", {}, {}};
+  r.rows.emplace_back("config", fmt::format("{}: {} blocks, {} heads x {}, joint dim {}, rope axes {}", label,
+                                            c.num_layers, c.num_attention_heads, c.attention_head_dim,
+                                            c.joint_attention_dim, shape_str(c.axes_dims_rope)));
+  r.rows.emplace_back("input", fmt::format("{}x{} -> {} image + {} text tokens, {}", width, height, S, L,
+                                           o.cfg ? "CFG (2 forwards a step, one condition())" : "no CFG"));
+  common_header(r, o, label, be, random.get(), weights_s);
+  r.json["num_layers"] = c.num_layers;
+  r.json["heads"] = c.num_attention_heads;
+  r.json["head_dim"] = c.attention_head_dim;
+  r.json["joint_attention_dim"] = c.joint_attention_dim;
+  r.json["width"] = width;
+  r.json["height"] = height;
+  r.json["image_tokens"] = S;
+  r.json["text_tokens"] = L;
+  r.json["cfg"] = o.cfg;
+  r.json["steps"] = o.steps;
+  print_report(r, timing, flops, o.warmup);
+  return 0;
+}
+
+// ---- vae -----------------------------------------------------------------------------------
+
+int bench_vae(const CommonOptions& o, Backend& be) {
+  Stopwatch load;
+  std::unique_ptr<VaeDecoder> model;
+  std::unique_ptr<RandomWeights> random;
+  std::unique_ptr<WeightStore> store;
+  std::string label;
+  if (!o.weights.empty()) {
+    store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
+    model = std::make_unique<VaeDecoder>(be, store->component("vae"));
+    label = o.weights;
+  } else {
+    auto [name, config] = resolve_config(o.config, vae_presets());
+    label = name;
+    random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
+    model = std::make_unique<VaeDecoder>(be, VaeConfig::from(config), *random);
+  }
+  be.synchronize();
+  const double weights_s = load.seconds();
+  const int64_t scale = model->config().spatial_scale();
+  const auto [width, height] = parse_size(o.size, scale);
+  const Tensor z = random_input("bench.z", {model->config().z_dim, height / scale, width / scale}, o.seed);
+
+  auto decode = [&] {
+    (void)model->decode(z);
+    be.synchronize();
+  };
+  for (int i = 0; i < o.warmup; ++i) decode();
+  Timing timing;
+  for (int i = 0; i < o.steps; ++i) timing.time(1, decode);
+  Report r{"vae", "decode", {}, {}};
+  r.rows.emplace_back("config", fmt::format("{}: base_dim {}, dim_mult {}", label, model->config().base_dim,
+                                            shape_str(model->config().dim_mult)));
+  r.rows.emplace_back("input", fmt::format("z [{}, {}, {}] -> {}x{} image", model->config().z_dim, height / scale,
+                                           width / scale, width, height));
+  common_header(r, o, label, be, random.get(), weights_s);
+  r.json["base_dim"] = model->config().base_dim;
+  r.json["width"] = width;
+  r.json["height"] = height;
+  print_report(r, timing, 0.0, o.warmup);  // no FLOP count kept for the decoder's convolutions
+  return 0;
+}
+
+// ---- text ----------------------------------------------------------------------------------
+
+// GEMM FLOPs of one encode of L tokens: the projections, the MLP and causal attention.
+double text_encoder_flops(const TextEncoderConfig& c, int64_t L) {
+  const double H = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim),
+               kv = static_cast<double>(c.num_key_value_heads * c.head_dim),
+               I = static_cast<double>(c.intermediate_size), tokens = static_cast<double>(L);
+  const double linear = 2.0 * tokens * (H * q + 2.0 * H * kv + q * H + 3.0 * H * I);
+  const double attention = 2.0 * 2.0 * q * tokens * (tokens + 1.0) / 2.0;  // QK^T and PV over the causal triangle
+  return static_cast<double>(c.num_hidden_layers) * (linear + attention);
+}
+
+int bench_text(const CommonOptions& o, Backend& be) {
+  const int64_t L = o.text_tokens;
+  if (L < 1) fail_input("--text-tokens {}: must be at least 1", L);
+  Stopwatch load;
+  std::unique_ptr<QwenTextEncoder> model;
+  std::unique_ptr<RandomWeights> random;
+  std::unique_ptr<WeightStore> store;
+  std::string label;
+  if (!o.weights.empty()) {
+    store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
+    model = std::make_unique<QwenTextEncoder>(be, store->component("text_encoder"));
+    label = o.weights;
+  } else {
+    auto [name, config] = resolve_config(o.config, text_presets());
+    label = name;
+    random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
+    model = std::make_unique<QwenTextEncoder>(be, TextEncoderConfig::from(config), *random);
+  }
+  be.synchronize();
+  const double weights_s = load.seconds();
+  const TextEncoderConfig& c = model->config();
+  std::vector<int64_t> ids(static_cast<size_t>(L));
+  for (int64_t i = 0; i < L; ++i) ids[static_cast<size_t>(i)] = (i * 7919 + 151) % c.vocab_size;
+
+  auto encode = [&] {
+    (void)model->encode(ids);
+    be.synchronize();
+  };
+  for (int i = 0; i < o.warmup; ++i) encode();
+  Timing timing;
+  for (int i = 0; i < o.steps; ++i) timing.time(1, encode);
+  Report r{"text", "encode", {}, {}};
+  r.rows.emplace_back("config", fmt::format("{}: {} layers, hidden {}, heads {} / kv {} x {}, mlp {}", label,
+                                            c.num_hidden_layers, c.hidden_size, c.num_attention_heads,
+                                            c.num_key_value_heads, c.head_dim, c.intermediate_size));
+  r.rows.emplace_back("input", fmt::format("{} tokens", L));
+  common_header(r, o, label, be, random.get(), weights_s);
+  r.json["num_layers"] = c.num_hidden_layers;
+  r.json["hidden_size"] = c.hidden_size;
+  r.json["text_tokens"] = L;
+  print_report(r, timing, text_encoder_flops(c, L), o.warmup);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  CommonOptions o;
+  std::string what;
+  po::options_description desc("options");
+  desc.add_options()("what", po::value(&what), "dit | vae | text (the first argument)")(
+      "weights", po::value(&o.weights), "a ditbatch .h5 to take the model from (else --config)")(
+      "config", po::value(&o.config)->default_value("small"),
+      "tiny | small | real | a JSON object | a config.json: random weights with this config")(
+      "size", po::value(&o.size)->default_value("256x256"), "image size WxH in pixels (dit, vae)")(
+      "steps", po::value(&o.steps)->default_value(3), "timed steps (dit: a step is 1 forward, 2 with --cfg)")(
+      "warmup", po::value(&o.warmup)->default_value(1), "untimed steps first")(
+      "text-tokens", po::value(&o.text_tokens)->default_value(20), "text tokens L (dit, text)")(
+      "cfg", po::bool_switch(&o.cfg), "dit: two forwards a step sharing one condition(), as true CFG")(
+      "seed", po::value(&o.seed)->default_value(0), "seed of the random weights and inputs")(
+      "backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")(
+      "device", po::value(&o.device)->default_value(0), "GPU index")(
+      "log-level", po::value(&o.log_level)->default_value("warn"), "debug | info | warn | error");
+  po::positional_options_description positional;
+  positional.add("what", 1);
+  po::variables_map vm;
+  if (!parse_options("bench", "dit|vae|text [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
+                     "Times one model on random inputs: ms per call (mean and min over --steps after --warmup),\n"
+                     "GFLOP/s from an explicit FLOP count, peak RSS and the threads used. Prints a table and\n"
+                     "one line 'BENCH_JSON {...}' for scripts. A benchmark: its figures depend on the machine.",
+                     desc, &positional, args, vm))
+    return 0;
+  if (what != "dit" && what != "vae" && what != "text")
+    fail_input("bench {}: say what to time: dit, vae or text (see ditbatch bench --help)", what.empty() ? "''" : what);
+  if (o.steps < 1 || o.warmup < 0)
+    fail_input("--steps {} / --warmup {}: need steps >= 1, warmup >= 0", o.steps, o.warmup);
+  if (!o.weights.empty() && !vm["config"].defaulted()) fail_input("give either --weights or --config, not both");
+  Log log(0, 1, o.log_level);
+  std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
+  if (what == "dit") return bench_dit(o, *backend);
+  if (what == "vae") return bench_vae(o, *backend);
+  return bench_text(o, *backend);
+}
+
+}  // namespace ditbatch

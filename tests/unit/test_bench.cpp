@@ -1,0 +1,105 @@
+// `ditbatch bench`: smoke tests on the tiny configs (not timed: the figures are not checked,
+// only that the command runs, reports them, and counts FLOPs as the GEMM shapes say).
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "model/transformer.h"
+#include "test_util.h"
+
+using namespace ditbatch;
+
+namespace {
+
+nlohmann::json bench_json(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line;
+  const std::string prefix = "BENCH_JSON ";
+  while (std::getline(lines, line))
+    if (line.rfind(prefix, 0) == 0) return nlohmann::json::parse(line.substr(prefix.size()));
+  ADD_FAILURE() << "no BENCH_JSON line in:\n" << output;
+  return nlohmann::json::object();
+}
+
+// FLOPs of one forward, from the shapes of its GEMMs: 2 * M * N * K for each.
+double tiny_forward_flops_from_gemms(int64_t S, int64_t L) {
+  // make-tiny's transformer: 2 blocks, 2 heads x 32, joint dim 64, in/out 64 channels.
+  const int64_t blocks = 2, H = 2, Dh = 32, D = H * Dh, F = 4 * D, J = 64, in = 64, out = 64;
+  struct Gemm {
+    int64_t m, n, k, count;
+  };
+  std::vector<Gemm> gemms = {{S, D, in, 1}, {L, D, J, 1}, {S, out, D, 1}};  // img_in, txt_in, proj_out
+  for (int64_t b = 0; b < blocks; ++b) {
+    gemms.push_back({S, D, D, 4});           // to_q, to_k, to_v, to_out.0
+    gemms.push_back({L, D, D, 4});           // add_q/k/v_proj, to_add_out
+    gemms.push_back({S, F, D, 1});           // img_mlp.net.0.proj
+    gemms.push_back({S, D, F, 1});           // img_mlp.net.2
+    gemms.push_back({L, F, D, 1});           // txt_mlp.net.0.proj
+    gemms.push_back({L, D, F, 1});           // txt_mlp.net.2
+    gemms.push_back({S + L, S + L, Dh, H});  // Q K^T per head, joint sequence
+    gemms.push_back({S + L, Dh, S + L, H});  // P V per head
+  }
+  double flops = 0;
+  for (const Gemm& g : gemms) flops += 2.0 * static_cast<double>(g.m * g.n * g.k * g.count);
+  return flops;
+}
+
+}  // namespace
+
+TEST(Bench, DitReportsTimesAndTheForwardFlops) {
+  auto r = test::run(test::exe() + " bench dit --config tiny --size 64x64 --steps 1 --text-tokens 7 --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("ms/forward"), std::string::npos) << r.output;
+  nlohmann::json j = bench_json(r.output);
+  const int64_t S = (64 / 16) * (64 / 16), L = 7;
+  EXPECT_EQ(j["bench"], "dit");
+  EXPECT_EQ(j["image_tokens"], S);
+  EXPECT_EQ(j["text_tokens"], L);
+  EXPECT_EQ(j["num_layers"], 2);
+  EXPECT_EQ(j["timed"], 1);
+
+  TransformerConfig tiny;
+  tiny.num_layers = 2;
+  tiny.num_attention_heads = 2;
+  tiny.attention_head_dim = 32;
+  tiny.joint_attention_dim = 64;
+  tiny.axes_dims_rope = {8, 12, 12};
+  const double expected = tiny_forward_flops_from_gemms(S, L);
+  EXPECT_DOUBLE_EQ(QwenImageTransformer::forward_flops(tiny, S, L), expected);
+  EXPECT_DOUBLE_EQ(j["flops"].get<double>(), expected);
+
+  EXPECT_GT(j["ms_per_forward_mean"].get<double>(), 0.0);
+  EXPECT_LE(j["ms_per_forward_min"].get<double>(), j["ms_per_forward_mean"].get<double>());
+  EXPECT_GT(j["gflops_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_rss_mib"].get<double>(), 1.0);
+  EXPECT_GE(j["threads"].get<int>(), 1);
+}
+
+TEST(Bench, DitWithCfgTimesTwoForwardsAStep) {
+  auto r = test::run(test::exe() + " bench dit --config tiny --size 32x48 --steps 2 --warmup 0 --cfg --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json j = bench_json(r.output);
+  EXPECT_EQ(j["timed"], 4);
+  EXPECT_EQ(j["image_tokens"], 2 * 3);
+  EXPECT_EQ(j["cfg"], true);
+}
+
+TEST(Bench, VaeAndTextEncoderRun) {
+  auto vae = test::run(test::exe() + " bench vae --config tiny --size 32x32 --steps 1 --warmup 0 --backend cpu");
+  ASSERT_EQ(vae.status, 0) << vae.output;
+  EXPECT_EQ(bench_json(vae.output)["bench"], "vae");
+  auto text = test::run(test::exe() + " bench text --config tiny --text-tokens 9 --steps 1 --warmup 0 --backend cpu");
+  ASSERT_EQ(text.status, 0) << text.output;
+  EXPECT_GT(bench_json(text.output)["flops"].get<double>(), 0.0);
+}
+
+TEST(Bench, BadInputIsAUsageError) {
+  auto size = test::run(test::exe() + " bench dit --config tiny --size 60x64");
+  EXPECT_EQ(size.status, 2) << size.output;
+  EXPECT_NE(size.output.find("multiples of 16"), std::string::npos) << size.output;
+  auto config = test::run(test::exe() + " bench dit --config huge");
+  EXPECT_EQ(config.status, 2) << config.output;
+  EXPECT_NE(config.output.find("tiny, small, real"), std::string::npos) << config.output;
+  auto what = test::run(test::exe() + " bench unet");
+  EXPECT_EQ(what.status, 2) << what.output;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The reference side of `ditbatch bench dit`: diffusers' QwenImageTransformer2DModel.
+
+Same configuration names, sizes, step structure and JSON line as the C++ command, so
+tools/bench/compare_dit.sh can put the two side by side:
+
+    tools/golden/.venv/bin/python tools/bench/dit_diffusers.py --config small --size 256x256 \
+        --text-tokens 20 --steps 3 --warmup 1 [--cfg] [--threads N]
+
+On the CPU (the default) weights are float32; `--device cuda --dtype bfloat16` makes the model
+directly on the GPU in bf16 (the full-size comparison of issue #9: no checkpoint needed, no
+host copy of the 20B parameters). Weights are torch's default initialisation under
+torch.manual_seed(seed). A step is what QwenImagePipeline does per denoising step: one
+transformer call (two with --cfg, the cond and negative passes); the text mask is None, as the
+pipeline passes it when every prompt token is real. ms/forward = step time / forwards per
+step. FLOPs follow the explicit count of QwenImageTransformer::forward_flops
+(src/model/transformer.cpp).
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+CONFIGS = {
+    "tiny": dict(num_layers=2, attention_head_dim=32, num_attention_heads=2, joint_attention_dim=64,
+                 axes_dims_rope=(8, 12, 12)),
+    "small": dict(num_layers=4, attention_head_dim=64, num_attention_heads=8, joint_attention_dim=3584,
+                  axes_dims_rope=(16, 24, 24)),
+    "real": dict(num_layers=60, attention_head_dim=128, num_attention_heads=24, joint_attention_dim=3584,
+                 axes_dims_rope=(16, 56, 56)),
+}
+
+
+def forward_flops(cfg, S, L):
+    """The count of QwenImageTransformer::forward_flops: 2 * M * N * K of every GEMM of a forward."""
+    D = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    F = 4 * D
+    tokens = S + L
+    per_block = 2.0 * tokens * (4.0 * D * D + 2.0 * D * F) + 2.0 * 2.0 * tokens * tokens * D
+    return cfg["num_layers"] * per_block + 2.0 * (S * 64 * D + L * cfg["joint_attention_dim"] * D + S * D * 64)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="small", help="tiny | small | real | a JSON object")
+    ap.add_argument("--size", default="256x256", help="image size WxH in pixels (multiples of 16)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--text-tokens", type=int, default=20)
+    ap.add_argument("--cfg", action="store_true", help="two forwards a step (true CFG)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: OMP_NUM_THREADS or nproc)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--dtype", default="float32", help="float32 | bfloat16")
+    a = ap.parse_args()
+
+    threads = a.threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0) or os.cpu_count()
+    import torch  # imported after argparse so --help is quick
+    import diffusers
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.set_num_threads(threads)
+    cfg = dict(CONFIGS[a.config]) if a.config in CONFIGS else json.loads(a.config)
+    width, height = (int(v) for v in a.size.lower().split("x"))
+    if width % 16 or height % 16:
+        sys.exit(f"--size {a.size}: width and height must be multiples of 16")
+    h, w = height // 16, width // 16
+    S, L = h * w, a.text_tokens
+    device, dtype = torch.device(a.device), getattr(torch, a.dtype)
+    cuda = device.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    t0 = time.perf_counter()
+    torch.manual_seed(a.seed)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # parameters are made in this dtype, on this device
+    with device:
+        model = QwenImageTransformer2DModel(patch_size=2, in_channels=64, out_channels=16, guidance_embeds=False,
+                                            num_layers=cfg["num_layers"], attention_head_dim=cfg["attention_head_dim"],
+                                            num_attention_heads=cfg["num_attention_heads"],
+                                            joint_attention_dim=cfg["joint_attention_dim"],
+                                            axes_dims_rope=tuple(cfg["axes_dims_rope"]))
+    torch.set_default_dtype(default_dtype)
+    model = model.eval()
+    sync()
+    weights_s = time.perf_counter() - t0
+
+    gen = torch.Generator().manual_seed(a.seed)
+    latents = torch.randn((1, S, 64), generator=gen).to(device, dtype)
+    text = torch.randn((1, L, cfg["joint_attention_dim"]), generator=gen).to(device, dtype)
+    img_shapes = [[(1, h, w)]]
+    per_step = 2 if a.cfg else 1
+
+    def step(i, n):
+        tt = torch.tensor([1.0 - i / max(n, 1)], dtype=dtype, device=device)
+        for _ in range(per_step):
+            model(hidden_states=latents, encoder_hidden_states=text, encoder_hidden_states_mask=None, timestep=tt,
+                  img_shapes=img_shapes, return_dict=False)
+        sync()
+
+    ms, cpu_ms = [], []
+    with torch.inference_mode():
+        for i in range(a.warmup):
+            step(i, a.warmup)
+        for i in range(a.steps):
+            t, c = time.perf_counter(), time.process_time()
+            step(i, a.steps)
+            ms += [(time.perf_counter() - t) * 1e3 / per_step] * per_step
+            cpu_ms += [(time.process_time() - c) * 1e3 / per_step] * per_step
+
+    flops = forward_flops(cfg, S, L)
+    mean, best, cpu_mean = sum(ms) / len(ms), min(ms), sum(cpu_ms) / len(cpu_ms)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    params = sum(p.numel() for p in model.parameters())
+    where = (f"{torch.cuda.get_device_name(device)}" if cuda else f"cpu, {torch.get_num_threads()} threads")
+    print("bench dit (diffusers)")
+    rows = [
+        ("config", f"{a.config}: {cfg['num_layers']} blocks, {cfg['num_attention_heads']} heads x "
+                   f"{cfg['attention_head_dim']}, joint dim {cfg['joint_attention_dim']}"),
+        ("input", f"{width}x{height} -> {S} image + {L} text tokens, {'CFG' if a.cfg else 'no CFG'}"),
+        ("backend", f"torch {torch.__version__} {where}, {a.dtype}, diffusers {diffusers.__version__}"),
+        ("weights", f"{params / 1e6:.1f} M random parameters (seed {a.seed}) made in {weights_s:.2f} s"),
+        ("timed", f"{len(ms)} forward{'' if len(ms) == 1 else 's'} after {a.warmup} warm-up"),
+        ("ms/forward", f"mean {mean:.2f}   min {best:.2f}   (CPU time: mean {cpu_mean:.2f})"),
+        ("GFLOP/forward", f"{flops / 1e9:.3f}"),
+        ("GFLOP/s", f"mean {flops / mean * 1e-6:.1f}   best {flops / best * 1e-6:.1f}"),
+        ("peak RSS", f"{rss:.1f} MiB"),
+    ]
+    out = {
+        "bench": "dit", "engine": "diffusers", "backend": "cuda" if cuda else "cpu", "dtype": a.dtype,
+        "threads": torch.get_num_threads(), "config": a.config if a.config in CONFIGS else "json",
+        "weights_s": weights_s, "num_layers": cfg["num_layers"], "heads": cfg["num_attention_heads"],
+        "head_dim": cfg["attention_head_dim"], "joint_attention_dim": cfg["joint_attention_dim"], "width": width,
+        "height": height, "image_tokens": S, "text_tokens": L, "cfg": a.cfg, "steps": a.steps,
+        "ms_per_forward_mean": mean, "ms_per_forward_min": best, "cpu_ms_per_forward_mean": cpu_mean,
+        "timed": len(ms), "warmup": a.warmup, "flops": flops, "gflops_per_s": flops / mean * 1e-6,
+        "peak_rss_mib": rss, "torch": torch.__version__, "diffusers": diffusers.__version__,
+    }
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        rows.append(("peak GPU memory", f"{peak:.2f} GiB (torch allocator)"))
+        out["peak_gpu_gib"] = peak
+    width_key = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"  {k}{' ' * (width_key - len(k) + 2)}{v}")
+    print("BENCH_JSON " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
