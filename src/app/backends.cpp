@@ -16,7 +16,7 @@ int visible_gpu_count() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& kind, int device, const Log& log) {
+std::unique_ptr<Backend> make_backend(const std::string& kind, [[maybe_unused]] int device, const Log& log) {
   if (kind != "auto" && kind != "cpu" && kind != "cuda")
     fail_input("--backend '{}' (expected auto, cpu or cuda)", kind);
   if (kind == "cpu") return std::make_unique<CpuBackend>();

@@ -149,9 +149,34 @@ float lane_max(const float* x, int64_t n) {
 // Parallelise only loops big enough to pay for the threads.
 constexpr int64_t kParallelMin = 1 << 14;
 
+// C[M, N] = A[M, K] B[N, K]^T + beta C on a fixed grid of tiles, one single-threaded OpenBLAS
+// call per tile, tiles shared by OpenMP: every element gets the same operations whatever the
+// thread count. OpenBLAS (OpenMP build) runs single-threaded only inside an active parallel
+// region, so the region is always opened, even for one tile. A single row goes through sgemv
+// (a GEMM would pack all of B to use it once).
+void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+             float* C, int64_t ldc) {
+  constexpr int64_t kTileM = 512, kTileN = 512;
+  const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
+    const int64_t i0 = (t / tiles_n) * kTileM, j0 = (t % tiles_n) * kTileN;
+    const int m = static_cast<int>(std::min(kTileM, M - i0)), n = static_cast<int>(std::min(kTileN, N - j0));
+    if (M == 1)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, static_cast<int>(K), 1.0f, B + j0 * ldb, static_cast<int>(ldb), A, 1,
+                  beta, C + j0, 1);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, static_cast<int>(K), 1.0f, A + i0 * lda,
+                  static_cast<int>(lda), B + j0 * ldb, static_cast<int>(ldb), beta, C + i0 * ldc + j0,
+                  static_cast<int>(ldc));
+  }
+}
+
 float sigmoid_silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
+
+CpuBackend::CpuBackend() { select_blas_kernels(); }
 
 // ---- memory --------------------------------------------------------------------------------
 
@@ -185,7 +210,6 @@ void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
 // ---- dense linear algebra ------------------------------------------------------------------
 
 Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
-  select_blas_kernels();
   expect_f32("linear", x, "x");
   expect_f32("linear", w, "w");
   DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
@@ -210,21 +234,12 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
   } else if (K == 0) {
     std::fill(yp, yp + M * N, 0.0f);
   }
-  const float beta = bias ? 1.0f : 0.0f;
   if (K == 0) return y;
-  if (M == 1) {  // the timestep modulations: a GEMM would pack all of w to use it once
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(N), static_cast<int>(K), 1.0f, w.data<float>(),
-                static_cast<int>(K), x.data<float>(), 1, beta, yp, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N),
-                static_cast<int>(K), 1.0f, x.data<float>(), static_cast<int>(K), w.data<float>(),
-                static_cast<int>(K), beta, yp, static_cast<int>(N));
-  }
+  gemm_nt(M, N, K, x.data<float>(), K, w.data<float>(), K, bias ? 1.0f : 0.0f, yp, N);
   return y;
 }
 
 Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  select_blas_kernels();
   expect_f32("conv2d_3x3", x, "x");
   expect_f32("conv2d_3x3", w, "w");
   expect_f32("conv2d_3x3", bias, "bias");
@@ -256,9 +271,7 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
       }
     }
     float* out = y.data<float>() + y0 * W * Cout;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(pixels),
-                static_cast<int>(Cout), static_cast<int>(K), 1.0f, col.data(), static_cast<int>(K),
-                w.data<float>(), static_cast<int>(K), 0.0f, out, static_cast<int>(Cout));
+    gemm_nt(pixels, Cout, K, col.data(), K, w.data<float>(), K, 0.0f, out, Cout);
 #pragma omp parallel for schedule(static) if (pixels * Cout > kParallelMin)
     for (int64_t p = 0; p < pixels; ++p)
       for (int64_t c = 0; c < Cout; ++c) out[p * Cout + c] += b[c];
@@ -271,7 +284,6 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
 // (16,384 tokens) never materialises its 1 GiB score matrix.
 Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
                              bool causal) {
-  select_blas_kernels();
   expect_f32("attention", q, "q");
   expect_f32("attention", k, "k");
   expect_f32("attention", v, "v");

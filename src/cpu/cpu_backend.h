@@ -9,6 +9,10 @@ namespace ditbatch {
 
 class CpuBackend final : public Backend {
  public:
+  // Every GEMM runs on a fixed grid of tiles that OpenMP shares out, each tile one
+  // single-threaded OpenBLAS call, so no result depends on the thread count (OpenBLAS's own
+  // threading splits the work by the number of threads, which changes the bits of some rows).
+  CpuBackend();
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::Host; }
   DType act_dtype() const override { return DType::F32; }

@@ -1,5 +1,9 @@
 // Every CPU backend op against a float64 loop on random inputs, by normalised error.
 #include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <tuple>
 
 #include "cpu/cpu_backend.h"
 #include "op_cases.h"
@@ -34,3 +38,30 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CpuOps, ::testing::Range<size_t>(0, test::all_o
                          [](const ::testing::TestParamInfo<size_t>& info) {
                            return test::all_op_cases()[info.param].name;
                          });
+
+// Placement invariance on the CPU: the same bits whatever the thread count (every op case, plus
+// GEMMs big enough to span several tiles and to make OpenBLAS thread if it were allowed to).
+TEST(CpuOpsThreads, ResultsDoNotDependOnTheThreadCount) {
+  std::vector<test::OpCase> cases = test::all_op_cases();
+  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1100, 300, 700}, {1, 2000, 1500}, {40, 512, 2100}}) {
+    test::OpCase c;
+    c.name = fmt::format("linear_{}x{}x{}", M, K, N);
+    c.inputs = {{test::random_tensor({M, K}, 91), test::InputKind::Activation},
+                {test::random_tensor({N, K}, 92), test::InputKind::Weight},
+                {test::random_tensor({N}, 93), test::InputKind::Weight}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.linear(in[0], in[1], &in[2]); };
+    cases.push_back(c);
+  }
+  const int saved = omp_get_max_threads();
+  for (const auto& c : cases) {
+    std::vector<Tensor> outputs;
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      CpuBackend be;
+      std::vector<Tensor> inputs = test::upload_inputs(be, c);
+      outputs.push_back(be.to_host_f32(c.run(be, inputs)));
+    }
+    EXPECT_EQ(std::memcmp(outputs[0].raw(), outputs[1].raw(), outputs[0].nbytes()), 0) << c.name;
+  }
+  omp_set_num_threads(saved);
+}
