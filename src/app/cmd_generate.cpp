@@ -62,9 +62,26 @@ std::string validate_input(const GenerateOptions& o, const Log& log) {
     }
   }
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log);
+  ArraySlice::resolve(o.array_index, o.array_count);
   check_output_dir(o.run.out_dir);
   WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
   return jobs_to_json(jobs);
+}
+
+// Temporary files of writers that died (kill -9 between write and rename): a live writer renames
+// its file within a second, so one older than ten minutes is garbage.
+void remove_stale_temp_files(const std::string& dir, const Log& log) {
+  namespace fs = std::filesystem;
+  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::minutes(10);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos && e.is_regular_file(ec) &&
+        e.last_write_time(ec) < cutoff) {
+      fs::remove(e.path(), ec);
+      log.info("removed {} (left by a killed writer)", name);
+    }
+  }
 }
 
 std::string default_run_id() {
@@ -142,6 +159,7 @@ void print_summary(const std::vector<std::string>& reports, double wall, const s
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& args) {
+  install_stop_handlers();  // first: a signal during start-up must not kill the process
   GenerateOptions o;
   po::options_description desc("options");
   desc.add_options()
@@ -166,7 +184,7 @@ int cmd_generate(const std::vector<std::string>& args) {
        "on SIGUSR1/SIGTERM: finish | abandon the current image, then stop (exit 75)")
       ("shard", po::value(&o.shard)->default_value("auto"), "auto | contiguous | strided | dynamic")
       ("array-index", po::value(&o.array_index)->default_value(-1),
-       "this job array task's slice (default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN)")
+       "this job array task's slice (default: (SLURM_ARRAY_TASK_ID - _MIN) / _STEP)")
       ("array-count", po::value(&o.array_count)->default_value(-1), "slices in all (default: SLURM_ARRAY_TASK_COUNT)")
       ("backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")
       ("device", po::value(&o.device)->default_value(-1), "GPU index (default: local rank modulo the visible GPUs)")
@@ -190,7 +208,6 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.run.on_signal = o.on_signal == "abandon" ? OnSignal::Abandon : OnSignal::Finish;
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
-  install_stop_handlers();
 
   World world(nullptr, nullptr);
   std::string log_file;
@@ -225,6 +242,27 @@ int cmd_generate(const std::vector<std::string>& args) {
     return 0;
   }
   o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
+
+  // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
+  const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
+  int64_t remaining = 0;
+  if (world.rank() == 0) {
+    remove_stale_temp_files(o.run.out_dir, log);
+    const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+    const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
+    for (int64_t i = lo; i < hi; ++i)
+      remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], manifest);
+  }
+  if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
+    if (world.rank() == 0) {
+      merge_manifest(o.run.out_dir);
+      const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+      log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); every image of this slice is "
+               "complete, weights not read",
+               hi - lo, wall.seconds(), world.size());
+    }
+    return 0;
+  }
   o.run.rank = world.rank();
   o.run.host = world.host();
   if (world.rank() == 0)
@@ -236,7 +274,6 @@ int cmd_generate(const std::vector<std::string>& args) {
   report.host = world.host();
   try {
     const ShardMode shard = resolve_shard_mode(requested_shard, jobs, o.run.offload_text_encoder);
-    const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);
     std::unique_ptr<WorkSource> work = make_work(shard, slice, static_cast<int64_t>(jobs.size()), world);
     if (world.rank() == 0)
       log.info("shard {}{}", shard_mode_name(shard),

@@ -44,7 +44,9 @@ int64_t env_int(const char* name, int64_t fallback) {
 ArraySlice ArraySlice::resolve(int64_t index_option, int64_t count_option) {
   ArraySlice s;
   const int64_t task = env_int("SLURM_ARRAY_TASK_ID", -1);
-  s.index = index_option >= 0 ? index_option : (task >= 0 ? task - env_int("SLURM_ARRAY_TASK_MIN", 0) : 0);
+  // --array=0-9:2 gives ids 0, 2, ..., 8: the slice is (id - min) / step.
+  const int64_t step = std::max<int64_t>(1, env_int("SLURM_ARRAY_TASK_STEP", 1));
+  s.index = index_option >= 0 ? index_option : (task >= 0 ? (task - env_int("SLURM_ARRAY_TASK_MIN", 0)) / step : 0);
   s.count = count_option >= 1 ? count_option : (task >= 0 ? env_int("SLURM_ARRAY_TASK_COUNT", 1) : 1);
   if (s.count < 1 || s.index < 0 || s.index >= s.count)
     fail_input("array index {} of {}: the index must be in [0, count)", s.index, s.count);

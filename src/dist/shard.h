@@ -30,8 +30,8 @@ std::pair<int64_t, int64_t> contiguous_range(int64_t n, int64_t parts, int64_t p
 
 struct ArraySlice {
   int64_t index = 0, count = 1;
-  // From the options when given (>= 0), else from SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN and
-  // SLURM_ARRAY_TASK_COUNT, else the whole list.
+  // From the options when given (>= 0), else from (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) /
+  // SLURM_ARRAY_TASK_STEP and SLURM_ARRAY_TASK_COUNT, else the whole list.
   static ArraySlice resolve(int64_t index_option, int64_t count_option);
 };
 
