@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# End-to-end tests of the job scripts in jobs/ on a real, throwaway Slurm cluster
+# (tests/slurm/cluster.sh: munged + slurmctld + slurmd on loopback, in a temp dir).
+# usage: slurm_test.sh CASE BUILD_DIR TINY_MODEL
+#   CASE: lint | generate | multinode | array | preempt | kill | badprompt
+# Exit 0 pass, 1 fail, 77 skip (slurmctld not installed; lint: shellcheck not installed).
+# Every case starts its own cluster and stops it (by PID) on any exit. DITBATCH_KEEP_TMP=1
+# keeps the work folder.
+set -euo pipefail
+case_name=${1:?case} build=${2:?build dir} model=${3:?tiny model}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+jobs=$repo/jobs
+exe=$(cd "$build" && pwd)/ditbatch
+model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
+check_py=$repo/tests/mpi/check_outputs.py
+cluster_sh=$here/cluster.sh
+t_start=$SECONDS
+
+note() { echo "[$((SECONDS - t_start))s] $*"; }
+fail() { echo "FAIL ($case_name): $*"; exit 1; }
+
+if [ "$case_name" = lint ]; then
+  command -v shellcheck >/dev/null || { echo "SKIP: shellcheck is not installed"; exit 77; }
+  shellcheck "$jobs"/*.sbatch "$here"/*.sh || fail "shellcheck"
+  # The three scripts share their body: only the header (#SBATCH lines, comments) differs.
+  body() { sed -n '/^# ---- nothing below needs editing/,$p' "$1"; }
+  for s in generate-multinode generate-array; do
+    [ -n "$(body "$jobs/$s.sbatch")" ] || fail "$s.sbatch has no body marker"
+    diff <(body "$jobs/generate.sbatch") <(body "$jobs/$s.sbatch") >/dev/null ||
+      fail "the body of jobs/$s.sbatch differs from jobs/generate.sbatch"
+  done
+  for s in "$jobs"/*.sbatch; do
+    grep -q '^#SBATCH --signal=B:USR1@' "$s" || fail "$s: no --signal=B:USR1@"
+    grep -q '^#SBATCH --requeue' "$s" || fail "$s: no --requeue"
+    grep -q '^#SBATCH --open-mode=append' "$s" || fail "$s: no --open-mode=append"
+  done
+  echo "PASS: lint"
+  exit 0
+fi
+
+command -v slurmctld >/dev/null || { echo "SKIP: slurmctld is not installed (tools/install-deps.sh)"; exit 77; }
+[ -x "$exe" ] || fail "no ditbatch binary at $exe"
+[ -f "$model" ] || fail "no tiny model at $model"
+
+# A clean environment: nothing from an outer Slurm job or the caller's DITBATCH_* settings.
+keep_tmp=${DITBATCH_KEEP_TMP:-0} limit=${DITBATCH_SLURM_TEST_LIMIT:-240}
+while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|DITBATCH_)' || true)
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive  # the same arithmetic on every rank, any rank count
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+work=$(mktemp -d /tmp/dbslurm.XXXXXX)   # short: munge's socket lives under it
+chmod 755 "$work"                        # ... and munged wants its folders searchable
+cl=$work/c
+watchdog='' waiter=''
+cleanup() {
+  local rc=$? f
+  set +e   # whatever fails here, the cluster must still be stopped
+  trap - EXIT INT TERM
+  [ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null
+  [ -z "$waiter" ] || kill "$waiter" 2>/dev/null
+  if [ "$rc" != 0 ]; then
+    echo "---- diagnostics ($case_name, exit $rc) ----"
+    for f in "$work"/*.out; do [ -f "$f" ] && echo "== $f" && tail -n 40 "$f"; done
+    [ -f "$cl/slurm.conf" ] && SLURM_CONF=$cl/slurm.conf squeue 2>/dev/null
+    for f in "$cl"/log/slurmctld.log "$cl"/log/slurmd-*.log; do
+      [ -f "$f" ] && echo "== $f" && grep -E 'error|fatal' "$f" | grep -v 'state file\|backup state' | tail -n 15
+    done
+  fi
+  "$cluster_sh" stop "$cl"
+  if [ "$keep_tmp" = 1 ]; then echo "kept $work"; else rm -rf "$work"; fi
+  note "cleaned up"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'echo "FAIL ($case_name): internal time limit reached"; exit 124' TERM
+# Our own deadline, below CTest's TIMEOUT, so that the cluster is stopped even then.
+# (Its sleep is ended with it, and it holds no output pipe open.)
+( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$limit" & sp=$!; wait "$sp"; kill -TERM $$ ) >/dev/null 2>&1 &
+watchdog=$!
+
+start_cluster() {  # start_cluster [NODES]
+  DITBATCH_SLURM_NODES=${1:-1} "$cluster_sh" start "$cl" || fail "the cluster did not start"
+  export SLURM_CONF=$cl/slurm.conf
+  note "cluster up"
+}
+
+# prompts FILE N WORDS...: N numbered prompts
+prompts() { local f=$1 n=$2 i; shift 2; for ((i = 0; i < n; i++)); do echo "$* $i"; done >"$f"; }
+# env_file PROMPTS OUT ARGS... -> $work/ditbatch.env (found by the scripts as ./ditbatch.env)
+env_file() {
+  local p=$1 o=$2; shift 2
+  {
+    echo "# written by tests/slurm/slurm_test.sh"
+    echo "DITBATCH_BIN=$exe"
+    echo "DITBATCH_WEIGHTS=$model"
+    echo "DITBATCH_PROMPTS=$p"
+    echo "DITBATCH_OUT=$o"
+    printf 'DITBATCH_ARGS=(%s)\n' "$*"
+  } >"$work/ditbatch.env"
+}
+# reference OUT PROMPTS ARGS...: one plain process, outside Slurm
+reference() {
+  local o=$1 p=$2; shift 2
+  (cd "$work" && env -u SLURM_CONF "$exe" generate --weights "$model" --prompts "$p" --out "$o" "$@") \
+    >"$work/$o.log" 2>&1 || { cat "$work/$o.log"; fail "reference run"; }
+  note "reference run: $(grep -o 'summary: [^;]*' "$work/$o.log")"
+}
+submit() { (cd "$work" && sbatch --parsable "$@") || fail "sbatch $*"; }
+wait_job() {  # wait_job JOBID TIMEOUT -> "id state exit" lines in $job_result; never fails
+  # in the background: the `wait` builtin, unlike a foreground command, lets the TERM trap run
+  "$cluster_sh" wait "$cl" "$1" "$2" >"$work/.wait" &
+  waiter=$!
+  wait "$waiter" || true
+  waiter=''
+  job_result=$(cat "$work/.wait")
+  note "job $1 ended: $(tr '\n' ' ' <<<"$job_result")"
+}
+job_field() { scontrol -o show job "$1" | sed -n "s/.* $2=\\([^ ]*\\).*/\\1/p" | head -n 1; }
+expect_state() {  # expect_state JOBID STATE EXIT
+  local st ec
+  st=$(job_field "$1" JobState); ec=$(job_field "$1" ExitCode)
+  if [ "$st" != "$2" ] || [ "${ec%%:*}" != "$3" ]; then fail "job $1: $st exit $ec, expected $2 exit $3"; fi
+}
+check_outputs() { python3 "$check_py" "$@" || fail "check_outputs $*"; }
+no_temp_files() {
+  local left
+  left=$(find "$1" -name '.*.tmp.*' | wc -l)
+  [ "$left" = 0 ] || fail "$left temporary file(s) left in $1: $(find "$1" -name '.*.tmp.*' | head -n 3)"
+}
+# task_logs NAME JOBID NTASKS: logs/NAME_JOBID_t.log for every task t, each with its rank prefix
+task_logs() {
+  local t
+  for ((t = 0; t < $3; t++)); do
+    local f=$work/logs/$1_$2_$t.log
+    [ -f "$f" ] || fail "no per-task log $f"
+    grep -q "\\[rank $t/$3\\]" "$f" || fail "$f has no '[rank $t/$3]' lines"
+  done
+  [ "$(find "$work/logs" -name "$1_$2_*.log" | wc -l)" = "$3" ] || fail "expected $3 logs $1_$2_*.log"
+}
+# count_pngs DIR
+count_pngs() { find "$1" -maxdepth 1 -name '*.png' 2>/dev/null | wc -l; }
+# wait_pngs DIR N JOBID: until DIR holds N PNGs (fails if the job ends first)
+wait_pngs() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [ "$(count_pngs "$1")" -ge "$2" ] && return 0
+    case $(job_field "$3" JobState) in COMPLETED|FAILED|CANCELLED|TIMEOUT) fail "job $3 ended before $2 PNGs" ;; esac
+    sleep 0.1
+  done
+  fail "no $2 PNGs in $1 after 60 s"
+}
+# summaries FILE: the summary lines ditbatch printed in FILE
+summaries() { grep -o 'summary: [0-9]* done, [0-9]* skipped, [0-9]* failed in [0-9.]* s on [0-9]* rank(s)' "$1" || true; }
+
+case $case_name in
+  generate)
+    # jobs/generate.sbatch as it is (1 node, 4 tasks, --gres=gpu:4): srun, then mpirun
+    # (settings from the environment over the env file), then a resume of the first.
+    prompts "$work/prompts.txt" 12 "a small house by a lake, number"
+    size=(--width 64 --height 64 --steps 3)
+    reference ref prompts.txt "${size[@]}"
+    env_file prompts.txt out "${size[@]}"
+    start_cluster
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid" 90
+    expect_state "$jid" COMPLETED 0
+    [ "$(job_field "$jid" TresPerNode)" = gres:gpu:4 ] || fail "job $jid did not get gres:gpu:4: $(job_field "$jid" TresPerNode)"
+    check_outputs "$work/out" 12 "$work/ref"
+    no_temp_files "$work/out"
+    task_logs ditbatch "$jid" 4
+    summaries "$work/logs/ditbatch_${jid}_0.log" | grep -q 'summary: 12 done, 0 skipped, 0 failed in .* on 4 rank(s)' ||
+      fail "rank 0's log has no summary '12 done ... on 4 rank(s)'"
+    grep -q "done: every image is made" "$work/ditbatch_$jid.out" || fail "batch log ditbatch_$jid.out"
+    note "srun: ok"
+
+    # settings from the environment win over the env file; EXTRA_ARGS are appended to its ARGS
+    jid2=$(DITBATCH_LAUNCHER=mpirun DITBATCH_OUT=out-mpirun DITBATCH_EXTRA_ARGS="--shard strided" \
+             submit "$jobs/generate.sbatch")
+    wait_job "$jid2" 90
+    expect_state "$jid2" COMPLETED 0
+    check_outputs "$work/out-mpirun" 12 "$work/ref"
+    for t in 0 1 2 3; do
+      grep -q "\\[rank $t/4\\]" "$work/logs/ditbatch_$jid2/rank-0000$t.log" || fail "mpirun: rank $t's log"
+    done
+    grep -q "running: mpirun" "$work/ditbatch_$jid2.out" || fail "the job did not use mpirun"
+    grep -q "shard strided" "$work/logs/ditbatch_$jid2/rank-00000.log" || fail "DITBATCH_EXTRA_ARGS was not used"
+    summaries "$work/logs/ditbatch_$jid2/rank-00000.log" | grep -q '12 done, 0 skipped, 0 failed in .* on 4 rank(s)' ||
+      fail "mpirun: no summary line"
+    note "mpirun: ok"
+
+    jid3=$(submit "$jobs/generate.sbatch")   # the same output folder: everything is skipped
+    wait_job "$jid3" 90
+    expect_state "$jid3" COMPLETED 0
+    summaries "$work/logs/ditbatch_${jid3}_0.log" | grep -q '0 done, 12 skipped, 0 failed' || fail "resume: not all skipped"
+    check_outputs "$work/out" 12 "$work/ref"
+    note "resume: ok"
+    ;;
+
+  multinode)
+    # jobs/generate-multinode.sbatch as it is (2 nodes x 4 tasks, --gres=gpu:4) on two slurmd
+    # "nodes" of this one host. Their ranks share /dev/shm, where Open MPI's shared-memory
+    # transport (vader) names its segments by host, job and local rank: two fake nodes on one
+    # host collide (a segfault in MPI_Comm_split_type), so this test uses TCP only.
+    export OMPI_MCA_btl=self,tcp
+    prompts "$work/prompts.txt" 16 "a mountain village in autumn, number"
+    size=(--width 64 --height 64 --steps 3)
+    reference ref prompts.txt "${size[@]}"
+    env_file prompts.txt out "${size[@]}"
+    start_cluster 2
+    jid=$(submit "$jobs/generate-multinode.sbatch")
+    wait_job "$jid" 120
+    expect_state "$jid" COMPLETED 0
+    [ "$(job_field "$jid" NodeList)" = "n[1-2]" ] || fail "job $jid ran on $(job_field "$jid" NodeList)"
+    check_outputs "$work/out" 16 "$work/ref"
+    no_temp_files "$work/out"
+    task_logs ditbatch-multinode "$jid" 8
+    log0=$work/logs/ditbatch-multinode_${jid}_0.log
+    grep -q '16 image(s), 8 rank(s) on 2 node(s)' "$log0" || fail "ditbatch did not see 8 ranks on 2 nodes"
+    summaries "$log0" | grep -q '16 done, 0 skipped, 0 failed in .* on 8 rank(s)' || fail "no summary line"
+    ;;
+
+  array)
+    # jobs/generate-array.sbatch with --array=0-2: three slices of 20 prompts (7, 7, 6), one
+    # output folder, one merged manifest with every image exactly once.
+    prompts "$work/prompts.txt" 20 "a bowl of ramen on a table, number"
+    size=(--width 64 --height 64 --steps 3)
+    reference ref prompts.txt "${size[@]}"
+    env_file prompts.txt out "${size[@]}"
+    start_cluster
+    jid=$(submit --array=0-2 "$jobs/generate-array.sbatch")
+    wait_job "$jid" 120
+    [ "$(wc -l <<<"$job_result")" = 3 ] || fail "expected 3 array tasks: $job_result"
+    grep -qv ' COMPLETED 0$' <<<"$job_result" && fail "not every array task COMPLETED: $job_result"
+    check_outputs "$work/out" 20 "$work/ref"
+    no_temp_files "$work/out"
+    [ ! -d "$work/out/.manifest" ] || fail "manifest parts left in out/.manifest: $(ls "$work/out/.manifest")"
+    total=0
+    for k in 0 1 2; do
+      blog=$work/ditbatch-array_${jid}_$k.out
+      [ -f "$blog" ] || fail "no batch log $blog"
+      grep -q "ditbatch takes slice $k of 3" "$blog" || fail "$blog: no 'slice $k of 3'"
+      tid=$(sed -n 's/.*\[batch \([0-9]*\)\].*/\1/p' "$blog" | head -n 1)
+      task_logs ditbatch-array "$tid" 1
+      grep -q "array slice $k of 3" "$work/logs/ditbatch-array_${tid}_0.log" || fail "task $k: ditbatch did not take slice $k"
+      done_k=$(summaries "$work/logs/ditbatch-array_${tid}_0.log" | sed -n 's/summary: \([0-9]*\) done, 0 skipped, 0 failed.*/\1/p')
+      [ -n "$done_k" ] || fail "task $k: no summary"
+      note "array task $k (job $tid): $done_k images"
+      total=$((total + done_k))
+    done
+    [ "$total" = 20 ] || fail "the array tasks made $total images in all, expected 20"
+    ;;
+
+  preempt)
+    # One job, preempted twice, ending with exactly the images of an uninterrupted run:
+    #  1. `scancel --signal=USR1 --batch`: what --signal=B:USR1@120 does before the time limit.
+    #     The batch shell traps it, sends SIGUSR1 to srun, which forwards it to the ranks; they
+    #     finish their current image and exit 75; the script runs `scontrol requeue`.
+    #  2. after the restart, `scancel --signal=TERM` (the job steps, not the batch shell): what
+    #     preemption does. The ranks get SIGTERM themselves, exit 75, srun exits 75, the
+    #     script requeues again.
+    n=40
+    prompts "$work/prompts.txt" $n "a lighthouse on a rocky coast, number"
+    size=(--width 96 --height 96 --steps 3)
+    reference ref prompts.txt "${size[@]}"
+    env_file prompts.txt out "${size[@]}"
+    start_cluster
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_pngs "$work/out" 4 "$jid"
+    scancel --signal=USR1 --batch "$jid"
+    note "sent USR1 to the batch shell of job $jid at $(count_pngs "$work/out") PNGs"
+    for ((i = 0; i < 300; i++)); do [ "$(job_field "$jid" Restarts)" = 1 ] && break; sleep 0.1; done
+    [ "$(job_field "$jid" Restarts)" = 1 ] || fail "job $jid was not requeued after USR1"
+    first=$(count_pngs "$work/out")
+    note "requeued with $first PNGs made"
+    [ "$first" -lt $n ] || fail "the first run made every image: the signal came too late"
+    for ((i = 0; i < 300; i++)); do [ "$(job_field "$jid" JobState)" = RUNNING ] && break; sleep 0.1; done
+    wait_pngs "$work/out" $((first + 4)) "$jid"
+    scancel --signal=TERM "$jid"
+    note "sent TERM to the steps of job $jid at $(count_pngs "$work/out") PNGs"
+    for ((i = 0; i < 300; i++)); do [ "$(job_field "$jid" Restarts)" = 2 ] && break; sleep 0.1; done
+    [ "$(job_field "$jid" Restarts)" = 2 ] || fail "job $jid was not requeued after TERM"
+    second=$(count_pngs "$work/out")
+    [ "$second" -lt $n ] || fail "the second run made every image: the signal came too late"
+    note "requeued again with $second PNGs made"
+    wait_job "$jid" 120
+    expect_state "$jid" COMPLETED 0
+    check_outputs "$work/out" $n "$work/ref"
+    no_temp_files "$work/out"
+    blog=$work/ditbatch_$jid.out
+    for pat in "got SIGUSR1" "ditbatch exited with status 75" "requeued job $jid (restart 1)" \
+               "requeued job $jid (restart 2)" "restart 2, settings" "done: every image is made"; do
+      grep -qF "$pat" "$blog" || fail "batch log: no '$pat'"
+    done
+    [ "$(grep -c 'ditbatch exited with status 75' "$blog")" = 2 ] || fail "expected two stops with status 75"
+    task_logs ditbatch "$jid" 4
+    log0=$work/logs/ditbatch_${jid}_0.log
+    grep -q 'signal 10 received' "$log0" || fail "rank 0 did not see SIGUSR1"
+    grep -q 'signal 15 received' "$log0" || fail "rank 0 did not see SIGTERM"
+    summaries "$log0"
+    # three runs: d1 done; d2 done + d1 skipped; d3 done + (d1 + d2) skipped; d1 + d2 + d3 = n
+    python3 - "$log0" "$n" <<'PY' || fail "the three runs' summaries do not add up"
+import re, sys
+runs = [tuple(map(int, m)) for m in re.findall(r"summary: (\d+) done, (\d+) skipped, (\d+) failed", open(sys.argv[1]).read())]
+n = int(sys.argv[2])
+assert len(runs) == 3, runs
+made = 0
+for done, skipped, failed in runs:
+    assert failed == 0 and skipped == made, (runs, made)
+    made += done
+assert made == n and 0 < runs[0][0] < n and 0 < runs[1][0], runs
+print(f"runs (done, skipped, failed): {runs}")
+PY
+    ;;
+
+  kill)
+    # kill -9 of one rank mid-run: srun --kill-on-bad-exit ends the step, the job fails
+    # (no requeue: that is not a stop by a signal ditbatch saw); a resubmission completes.
+    n=32
+    prompts "$work/prompts.txt" $n "a red fox in fresh snow, number"
+    size=(--width 96 --height 96 --steps 3)
+    reference ref prompts.txt "${size[@]}"
+    env_file prompts.txt out "${size[@]}"
+    start_cluster
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_pngs "$work/out" 4 "$jid"
+    # a ditbatch process of this job: SLURM_JOB_ID=$jid and SLURM_CONF of this cluster in its
+    # environment, and a slurmstepd among its ancestors; rank 1 (SLURM_PROCID=1)
+    victim=''
+    for p in $(pgrep -x ditbatch || true); do
+      env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+      grep -qxF "SLURM_JOB_ID=$jid" <<<"$env_of" || continue
+      grep -qxF "SLURM_CONF=$SLURM_CONF" <<<"$env_of" || continue
+      grep -qxF "SLURM_PROCID=1" <<<"$env_of" || continue
+      a=$p
+      while [ "$a" -gt 1 ]; do
+        a=$(awk '{print $4}' "/proc/$a/stat" 2>/dev/null) || break
+        if [ "$(cat "/proc/$a/comm" 2>/dev/null)" = slurmstepd ]; then victim=$p; break; fi
+      done
+      [ -n "$victim" ] && break
+    done
+    [ -n "$victim" ] || fail "no ditbatch rank 1 of job $jid found"
+    kill -9 "$victim"
+    note "kill -9 $victim (rank 1 of job $jid) at $(count_pngs "$work/out") PNGs"
+    wait_job "$jid" 60
+    [ "$(job_field "$jid" JobState)" = FAILED ] || fail "job $jid: $(job_field "$jid" JobState), expected FAILED"
+    [ "$(job_field "$jid" Restarts)" = 0 ] || fail "job $jid was requeued after a kill -9"
+    grep -q "the step failed" "$work/ditbatch_$jid.out" || fail "batch log: no 'the step failed'"
+    for p in $(pgrep -x ditbatch || true); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "SLURM_JOB_ID=$jid" && fail "ditbatch $p of job $jid still runs"
+    done
+    first=$(count_pngs "$work/out")
+    [ "$first" -lt $n ] || fail "the job made every image before the kill: the test proves nothing"
+    note "left: $first PNGs, $(find "$work/out" -name '.*.tmp.*' | wc -l) temporary file(s) of killed writers"
+    jid2=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid2" 120
+    expect_state "$jid2" COMPLETED 0
+    check_outputs "$work/out" $n "$work/ref"
+    summaries "$work/logs/ditbatch_${jid2}_0.log"
+    summaries "$work/logs/ditbatch_${jid2}_0.log" | grep -q "summary: $((n - first)) done, $first skipped, 0 failed" ||
+      fail "the resubmission did not skip exactly the $first complete images"
+    ;;
+
+  badprompt)
+    # A bad prompt file: the job fails within seconds (rank 0 checks the file before any
+    # weight is read), FAILED with exit 2, the error (file:line) in rank 0's log and the batch log.
+    printf '{"prompt": "a fine prompt"}\n{"prompt": "x", "colour": "red"}\n{"prompt": "another"}\n' >"$work/bad.jsonl"
+    env_file bad.jsonl out --width 64 --height 64 --steps 3
+    start_cluster
+    t0=$SECONDS
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid" 60
+    took=$((SECONDS - t0))
+    expect_state "$jid" FAILED 2
+    [ "$took" -le 20 ] || fail "the bad job took ${took}s from submission to its end"
+    [ "$(job_field "$jid" Restarts)" = 0 ] || fail "a bad input was requeued"
+    err='bad.jsonl:2: unknown field "colour"'
+    grep -qF "$err" "$work/logs/ditbatch_${jid}_0.log" || fail "rank 0's log lacks '$err'"
+    grep -qF "$err" "$work/ditbatch_$jid.out" || fail "the batch log lacks '$err'"
+    [ "$(cat "$work"/logs/ditbatch_"${jid}"_*.log | grep -cF "$err")" = 1 ] || fail "the error is not reported exactly once"
+    [ "$(count_pngs "$work/out")" = 0 ] || fail "images were made"
+    note "failed in ${took}s from submission: $(grep -F "$err" "$work/logs/ditbatch_${jid}_0.log")"
+    ;;
+
+  *) fail "unknown case" ;;
+esac
+echo "PASS: $case_name ($((SECONDS - t_start)) s)"
