@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #ifdef DITBATCH_HAVE_CUDA
+#include "cuda_backend.h"
 #include "cuda_device.h"
 #endif
 
@@ -16,21 +17,29 @@ int visible_gpu_count() {
 #endif
 }
 
+std::string gpu_identity([[maybe_unused]] int device) {
+#ifdef DITBATCH_HAVE_CUDA
+  return cuda_device_uuid(device);
+#else
+  return "";
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& kind, [[maybe_unused]] int device, const Log& log) {
   if (kind != "auto" && kind != "cpu" && kind != "cuda")
     fail_input("--backend '{}' (expected auto, cpu or cuda)", kind);
   if (kind == "cpu") return std::make_unique<CpuBackend>();
-  const int gpus = visible_gpu_count();
-  if (kind == "cuda") {
 #ifndef DITBATCH_HAVE_CUDA
-    fail_input("--backend cuda: this ditbatch was built without CUDA (-DDITBATCH_CUDA=OFF)");
+  if (kind == "cuda") fail_input("--backend cuda: this ditbatch was built without CUDA (-DDITBATCH_CUDA=OFF)");
 #else
-    if (gpus == 0) fail_input("--backend cuda: no usable GPU ({})", cuda_describe_devices());
-    fail_input("--backend cuda: the CUDA backend is not implemented yet in this build (device {})", device);
-#endif
+  const int gpus = visible_gpu_count();
+  if (kind == "cuda" && gpus == 0) fail_input("--backend cuda: no usable GPU ({})", cuda_describe_devices());
+  if (gpus > 0) {
+    log.info("using the CUDA backend on GPU {} ({})", std::max(device, 0), cuda_library_versions());
+    return make_cuda_backend(std::max(device, 0), log);
   }
-  if (gpus > 0) log.warn("a GPU is visible but the CUDA backend is not implemented yet: using the CPU backend");
-  else log.info("no GPU: using the CPU backend");
+#endif
+  log.info("no GPU: using the CPU backend");
   return std::make_unique<CpuBackend>();
 }
 

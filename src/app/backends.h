@@ -13,5 +13,7 @@ namespace ditbatch {
 std::unique_ptr<Backend> make_backend(const std::string& kind, int device, const Log& log);
 // Number of usable GPUs (0 without a CUDA build or without a GPU).
 int visible_gpu_count();
+// A stable identity of visible GPU `device` (its UUID), to find ranks that share one GPU.
+std::string gpu_identity(int device);
 
 }  // namespace ditbatch

@@ -1,6 +1,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -100,22 +101,22 @@ int threads_per_rank(const GenerateOptions& o, const World& world) {
   return std::max(1, cores / world.local_size());
 }
 
-// The GPU of this rank: --device, else local rank modulo the visible GPUs; more ranks on a node
-// than GPUs x --ranks-per-gpu is an error.
+// The GPU of this rank: --device, else local rank modulo the visible GPUs (with one GPU per
+// task, as --gpus-per-task=1 gives, that is device 0). Ranks of a node that end up on one GPU
+// (found by its UUID, whatever index each rank sees) must be allowed by --ranks-per-gpu.
 int choose_device(const GenerateOptions& o, const World& world, const Log& log) {
   if (o.backend_kind == "cpu") return -1;
   const int gpus = visible_gpu_count();
   if (gpus == 0) return -1;
-  if (o.device >= 0) {
-    if (o.device >= gpus) fail_input("--device {}: only {} GPU(s) visible", o.device, gpus);
-    return o.device;
-  }
-  if (world.local_size() > gpus * o.ranks_per_gpu)
-    fail_input("{} ranks on node {} but {} GPU(s) visible and --ranks-per-gpu {}: start one rank per GPU, or allow "
-               "sharing with --ranks-per-gpu",
-               world.local_size(), world.host(), gpus, o.ranks_per_gpu);
-  const int device = world.local_rank() % gpus;
-  log.info("local rank {} -> GPU {} of {}", world.local_rank(), device, gpus);
+  if (o.device >= gpus) fail_input("--device {}: only {} GPU(s) visible", o.device, gpus);
+  const int device = o.device >= 0 ? o.device : world.local_rank() % gpus;
+  const std::vector<std::string> ids = world.node_allgather(gpu_identity(device));
+  const int sharing = static_cast<int>(std::count(ids.begin(), ids.end(), ids[static_cast<size_t>(world.local_rank())]));
+  if (sharing > o.ranks_per_gpu)
+    fail_input("{} ranks on node {} would share one GPU ({} visible to this rank) and --ranks-per-gpu is {}: start "
+               "one rank per GPU, or allow sharing with --ranks-per-gpu {}",
+               sharing, world.host(), gpus, o.ranks_per_gpu, sharing);
+  log.info("local rank {} -> GPU {} of {} visible ({} rank(s) on it)", world.local_rank(), device, gpus, sharing);
   return device;
 }
 
@@ -299,6 +300,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     report.seconds = summary.seconds;
     report.weight_bytes = bytes_read_by_process() - read_before;
   } catch (const std::exception& e) {
+    if (world.size() == 1) throw;  // one process: the usual error line and exit status
     log.error("fatal: {}", e.what());
     log.flush();
     world.abort(dynamic_cast<const InputError*>(&e) ? 2 : 1);

@@ -104,6 +104,21 @@ void World::node_broadcast_inplace(void* data, size_t bytes) const {
               "node bcast");
 }
 
+std::vector<std::string> World::node_allgather(const std::string& bytes) const {
+  int n = static_cast<int>(bytes.size());
+  std::vector<int> sizes(static_cast<size_t>(local_size_)), offsets(static_cast<size_t>(local_size_));
+  check_mpi(MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, comms_->node), "node allgather");
+  int total = 0;
+  for (int r = 0; r < local_size_; ++r) offsets[static_cast<size_t>(r)] = total, total += sizes[static_cast<size_t>(r)];
+  std::string all(static_cast<size_t>(total), '\0');
+  check_mpi(MPI_Allgatherv(bytes.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, comms_->node),
+            "node allgatherv");
+  std::vector<std::string> out;
+  for (int r = 0; r < local_size_; ++r)
+    out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), static_cast<size_t>(sizes[static_cast<size_t>(r)])));
+  return out;
+}
+
 int64_t World::sum(int64_t value) const {
   int64_t out = 0;
   check_mpi(MPI_Allreduce(&value, &out, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), "allreduce");
@@ -182,6 +197,7 @@ void World::barrier() const {}
 void World::abort(int status) const { std::_Exit(status); }
 std::string World::broadcast(const std::string& bytes, int) const { return bytes; }
 std::string World::node_broadcast(const std::string& bytes) const { return bytes; }
+std::vector<std::string> World::node_allgather(const std::string& bytes) const { return {bytes}; }
 void World::node_broadcast_inplace(void*, size_t) const {}
 int64_t World::sum(int64_t value) const { return value; }
 int64_t World::max(int64_t value) const { return value; }

@@ -40,6 +40,7 @@ class World {
   std::vector<std::string> gather(const std::string& bytes, int root) const;  // root gets size() items
   // The same over the ranks of this node (root = local rank 0): weights read once per node.
   std::string node_broadcast(const std::string& bytes) const;
+  std::vector<std::string> node_allgather(const std::string& bytes) const;  // one item per local rank
   void node_broadcast_inplace(void* data, size_t bytes) const;
 
   // A shared counter at rank 0 (MPI_Fetch_and_op): returns the value before adding `add`.

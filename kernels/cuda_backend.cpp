@@ -1,0 +1,728 @@
+// CudaBackend: checks every op's arguments against the Backend conventions (the same checks
+// and messages as the CPU backend, plus dtypes), then calls the launchers in kernels/*.cu and
+// the cuBLASLt / cuDNN wrappers.
+//
+// Dtypes accepted (f32 everywhere, for tests, and what the models pass in bf16 mode):
+//   linear       x f32|bf16 (converted to w's dtype), w f32|bf16, bias any float, out f32|bf16
+//   conv2d_3x3   x f32|bf16, w f32|bf16, bias any float -> act dtype
+//   attention    q, k, v one dtype f32|bf16 -> that dtype
+//   rms_norm, layer_norm_modulate, l2_norm_scale: inputs f32|bf16 in any mix -> act dtype
+//   silu, gelu_tanh, upsample: -> x's dtype; silu_mul -> gate's dtype
+//   add_, gated_add_, clamp_: any mix of f32|bf16, in place
+//   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
+//   cfg_combine: cond, neg one dtype -> f32; euler_step_: x f32, v f32|bf16
+// Anything else fails with a message naming the op and the dtypes.
+#include "cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "attention_cudnn.h"
+#include "core/error.h"
+#include "cuda_check.h"
+#include "cuda_context.h"
+#include "cuda_device.h"
+#include "cuda_memory.h"
+#include "gemm.h"
+#include "launch.h"
+
+namespace ditbatch {
+
+using cuda::DeviceAllocator;
+using cuda::DeviceBlock;
+
+namespace {
+
+// ---- options from the environment -----------------------------------------------------------
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+bool env_flag(const char* name, bool fallback) {
+  const std::string v = env(name);
+  if (v.empty()) return fallback;
+  if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+  if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+  fail_input("{}={}: expected 1 or 0", name, v);
+}
+
+// ---- device memory as a Buffer --------------------------------------------------------------
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(std::shared_ptr<DeviceAllocator> owner, DeviceBlock block, size_t bytes)
+      : owner_(std::move(owner)), block_(std::move(block)), bytes_(bytes) {}
+  void* data() override { return block_.get(); }
+  size_t bytes() const override { return bytes_; }
+  Device device() const override { return Device::Cuda; }
+
+ private:
+  std::shared_ptr<DeviceAllocator> owner_;  // outlives block_: members die in reverse order
+  DeviceBlock block_;
+  size_t bytes_;
+};
+
+// ---- argument checks ------------------------------------------------------------------------
+
+void expect_cuda(const char* op, const Tensor& t, const char* what) {
+  DITBATCH_CHECK(t.defined() && t.device() == Device::Cuda, "{}: {} must be a CUDA tensor, got {}", op, what,
+                 t.defined() ? t.describe() + (t.device() == Device::Host ? " on the host" : "") : "undefined");
+}
+
+void expect_float(const char* op, const Tensor& t, const char* what) {
+  expect_cuda(op, t, what);
+  DITBATCH_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "{}: {} must be f32 or bf16, got {}", op, what,
+                 t.describe());
+}
+
+void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+}
+
+const char* path_name(CudaAttentionPath p) {
+  switch (p) {
+    case CudaAttentionPath::Auto: return "auto";
+    case CudaAttentionPath::Cudnn: return "cudnn";
+    case CudaAttentionPath::Gemm: return "gemm";
+    case CudaAttentionPath::Flash: return "flash";
+  }
+  return "?";
+}
+
+// ---- host-side conversion into the staging buffer -------------------------------------------
+
+void convert_host(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  const size_t ss = dtype_size(st), ds = dtype_size(dt);
+  const int64_t grain = 1 << 16;
+  const bool parallel = n > 4 * grain;
+  if (st == dt) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i0 = 0; i0 < n; i0 += grain)
+      std::memcpy(static_cast<char*>(dst) + i0 * ds, static_cast<const char*>(src) + i0 * ss,
+                  static_cast<size_t>(std::min(grain, n - i0)) * ss);
+    return;
+  }
+  if (st == DType::F32 && dt == DType::BF16) {
+    const float* s = static_cast<const float*>(src);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    return;
+  }
+  if (st == DType::BF16 && dt == DType::F32) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    float* d = static_cast<float*>(dst);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    return;
+  }
+  // Any other pair of float types: through f32, a block at a time.
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i0 = 0; i0 < n; i0 += grain) {
+    const int64_t count = std::min(grain, n - i0);
+    std::vector<float> tmp(static_cast<size_t>(count));
+    convert_to_f32(static_cast<const char*>(src) + i0 * ss, st, tmp.data(), static_cast<size_t>(count));
+    convert_from_f32(tmp.data(), static_cast<char*>(dst) + i0 * ds, dt, static_cast<size_t>(count));
+  }
+}
+
+double nmse_host(const Tensor& a, const Tensor& b) {
+  double num = 0, den = 0;
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = static_cast<double>(x[i]) - y[i];
+    num += d * d;
+    den += static_cast<double>(y[i]) * y[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace
+
+CudaBackendOptions CudaBackendOptions::from_env(int device) {
+  CudaBackendOptions o;
+  o.device = device;
+  const std::string act = env("DITBATCH_CUDA_ACT");
+  if (!act.empty()) {
+    o.act_dtype = parse_dtype(act);
+    if (o.act_dtype != DType::BF16 && o.act_dtype != DType::F32)
+      fail_input("DITBATCH_CUDA_ACT={}: expected bf16 or f32", act);
+  }
+  const std::string attention = env("DITBATCH_CUDA_ATTENTION");
+  if (attention == "auto" || attention.empty()) o.attention = CudaAttentionPath::Auto;
+  else if (attention == "cudnn") o.attention = CudaAttentionPath::Cudnn;
+  else if (attention == "gemm") o.attention = CudaAttentionPath::Gemm;
+  else if (attention == "flash") o.attention = CudaAttentionPath::Flash;
+  else fail_input("DITBATCH_CUDA_ATTENTION={}: expected auto, cudnn, gemm or flash", attention);
+  o.poison = env_flag("DITBATCH_CUDA_POISON", o.poison);
+  o.sync_each_op = env_flag("DITBATCH_CUDA_SYNC", o.sync_each_op);
+  o.sdpa_self_check = env_flag("DITBATCH_CUDA_SDPA_CHECK", o.sdpa_self_check);
+  o.reference_gemm = env_flag("DITBATCH_CUDA_REFERENCE_GEMM", o.reference_gemm);
+  return o;
+}
+
+// ---- state ----------------------------------------------------------------------------------
+
+struct CudaBackend::Impl {
+  CudaBackendOptions opt;
+  Log log;
+  std::string device_name;
+  cudaStream_t stream = nullptr;
+  std::shared_ptr<DeviceAllocator> allocator;
+  std::unique_ptr<cuda::GemmEngine> gemm;
+  std::unique_ptr<cuda::PinnedStaging> staging;  // made at the first upload
+  cuda::CudnnSdpa sdpa;
+  cuda::CudaContext ctx;
+  cudaEvent_t timing[2] = {nullptr, nullptr};
+  int64_t attention_calls[3] = {0, 0, 0};  // cudnn, gemm, flash
+
+  Impl(const CudaBackendOptions& o, const Log& l) : opt(o), log(l) {}
+
+  Tensor alloc(const Shape& shape, DType dtype, const char* what, bool exact = false) {
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    DeviceBlock block = allocator->allocate(std::max<size_t>(bytes, 1), what, exact);
+    return Tensor(std::make_shared<CudaBuffer>(allocator, std::move(block), bytes), 0, shape, dtype);
+  }
+
+  DeviceBlock scratch(size_t bytes, const char* what) { return allocator->allocate(std::max<size_t>(bytes, 1), what); }
+
+  // t's data as `dtype`: t itself, or a converted copy held by `holder` until the caller is done.
+  const void* as_dtype(const Tensor& t, DType dtype, DeviceBlock& holder, const char* what) {
+    if (t.dtype() == dtype) return t.raw();
+    holder = scratch(static_cast<size_t>(t.numel()) * dtype_size(dtype), what);
+    cuda::convert(ctx, t.raw(), t.dtype(), holder.get(), dtype, t.numel());
+    return holder.get();
+  }
+
+  // A bias in D's dtype, 16-byte aligned (cuBLASLt's epilogue reads it as D's type).
+  const void* bias_for(const Tensor* bias, DType out_dtype, DeviceBlock& holder, const char* op) {
+    if (!bias) return nullptr;
+    if (bias->dtype() == out_dtype && reinterpret_cast<uintptr_t>(bias->raw()) % 16 == 0) return bias->raw();
+    holder = scratch(static_cast<size_t>(bias->numel()) * dtype_size(out_dtype), op);
+    cuda::convert(ctx, bias->raw(), bias->dtype(), holder.get(), out_dtype, bias->numel());
+    return holder.get();
+  }
+
+  void copy_from_host(const void* src, DType st, void* dst, DType dt, int64_t n) {
+    if (n == 0) return;
+    if (!staging) staging = std::make_unique<cuda::PinnedStaging>();
+    const size_t ss = dtype_size(st), ds = dtype_size(dt);
+    const int64_t chunk = static_cast<int64_t>(staging->half_bytes() / ds);
+    for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+      const int64_t count = std::min(chunk, n - i0);
+      void* pinned = staging->acquire();
+      convert_host(static_cast<const char*>(src) + i0 * ss, st, pinned, dt, count);
+      cuda::check(cudaMemcpyAsync(static_cast<char*>(dst) + i0 * ds, pinned, static_cast<size_t>(count) * ds,
+                                  cudaMemcpyHostToDevice, stream),
+                  "upload: host to device copy");
+      staging->submitted(stream);
+    }
+  }
+
+  void wait(const char* what) {
+    cudaError_t err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess)
+      cuda::check(err, fmt::format("{}: a CUDA operation failed (asynchronous errors surface here; rerun with "
+                                   "DITBATCH_CUDA_SYNC=1 to name the op)",
+                                   what));
+  }
+
+  void attention_gemm(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
+    cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
+    ++attention_calls[1];
+  }
+
+  // The first output of a new cuDNN plan against the Gemm path: a layout or version problem
+  // shows as a large error, and then cuDNN is switched off for the rest of the run.
+  void self_check_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
+    Tensor ref = alloc(o.shape(), o.dtype(), "attention (cuDNN self-check)");
+    cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), ref.raw(), q.dtype(), s);
+    wait("attention (cuDNN self-check)");
+    Tensor got_host = Tensor::host(o.shape(), o.dtype()), ref_host = Tensor::host(o.shape(), o.dtype());
+    cuda::check(cudaMemcpy(got_host.raw(), o.raw(), o.nbytes(), cudaMemcpyDeviceToHost), "self-check copy");
+    cuda::check(cudaMemcpy(ref_host.raw(), ref.raw(), ref.nbytes(), cudaMemcpyDeviceToHost), "self-check copy");
+    const double err = nmse_host(got_host.to_f32(), ref_host.to_f32());
+    constexpr double kBound = 1e-3;  // bf16 vs bf16 by two algorithms: ~1e-5; a layout error: ~1
+    if (!(err <= kBound)) {
+      const std::string why = fmt::format("its output for Lq {} Lk {} H {} Dh {} differs from the GEMM path by nmse {:.3g} "
+                                          "(bound {:g})",
+                                          s.Lq, s.Lk, s.H, s.Dh, err, kBound);
+      log.warn("cuDNN SDPA disabled: {}; using the GEMM attention path", why);
+      sdpa.disable(why);
+      cuda::check(cudaMemcpyAsync(o.raw(), ref.raw(), o.nbytes(), cudaMemcpyDeviceToDevice, stream),
+                  "self-check: taking the GEMM output");
+    } else {
+      log.info("cuDNN SDPA plan for Lq {} Lk {} H {} Dh {} checked against the GEMM path: nmse {:.3g}", s.Lq, s.Lk,
+               s.H, s.Dh, err);
+    }
+  }
+};
+
+// ---- construction ---------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
+    : impl_(std::make_unique<Impl>(options, log)) {
+  Impl& m = *impl_;
+  DITBATCH_CHECK(options.act_dtype == DType::BF16 || options.act_dtype == DType::F32,
+                 "cuda backend: act dtype must be bf16 or f32, got {}", dtype_name(options.act_dtype));
+  const int count = cuda_device_count();
+  if (options.device < 0 || options.device >= count)
+    fail_input("cuda backend: device {} requested, {} usable ({})", options.device, count, cuda_describe_devices());
+  cuda::check(cudaSetDevice(options.device), fmt::format("cuda backend: cudaSetDevice({})", options.device));
+  const std::string image = cuda_kernel_image_check();
+  if (!image.empty()) fail_input("cuda backend: device {}: {}", options.device, image);
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, options.device), "cuda backend: cudaGetDeviceProperties");
+  m.device_name = prop.name;
+  cuda::check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cuda backend: cudaStreamCreate");
+  for (auto& e : m.timing) cuda::check(cudaEventCreate(&e), "cuda backend: cudaEventCreate");
+  m.allocator = std::make_shared<DeviceAllocator>(options.device, m.stream, options.poison);
+  m.gemm = std::make_unique<cuda::GemmEngine>(options.device, m.stream);
+  m.gemm->set_force_reference(options.reference_gemm);
+  m.ctx.device = options.device;
+  m.ctx.stream = m.stream;
+  m.ctx.allocator = m.allocator.get();
+  m.ctx.gemm = m.gemm.get();
+  m.ctx.sm_count = prop.multiProcessorCount;
+  m.ctx.max_shared_per_block = prop.sharedMemPerBlockOptin;
+  m.ctx.sync_each_op = options.sync_each_op;
+  m.ctx.warn = [log = m.log](const std::string& message) { log.warn("{}", message); };
+  log.info("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB); {}; activations {}, attention {} (cuDNN "
+           "SDPA {}){}{}",
+           options.device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+           static_cast<double>(prop.totalGlobalMem) / double(1 << 30), cuda_library_versions(),
+           dtype_name(options.act_dtype), path_name(options.attention), m.sdpa.status(),
+           options.poison ? ", allocations poisoned" : "", options.sync_each_op ? ", synchronous" : "");
+}
+
+CudaBackend::~CudaBackend() {
+  Impl& m = *impl_;
+  if (m.stream) cudaStreamSynchronize(m.stream);
+  for (auto& e : m.timing)
+    if (e) cudaEventDestroy(e);
+  m.staging.reset();
+  m.gemm.reset();
+  // Tensors that outlive the backend keep the allocator alive; its cached blocks go now.
+  m.allocator->release_cached();
+  m.allocator->detach_stream();
+  if (m.stream) cudaStreamDestroy(m.stream);
+}
+
+std::string CudaBackend::name() const { return fmt::format("cuda:{}", impl_->opt.device); }
+DType CudaBackend::act_dtype() const { return impl_->opt.act_dtype; }
+const CudaBackendOptions& CudaBackend::options() const { return impl_->opt; }
+void CudaBackend::set_attention_path(CudaAttentionPath path) { impl_->opt.attention = path; }
+
+CudaBackendStats CudaBackend::stats() const {
+  const Impl& m = *impl_;
+  const cuda::MemoryStats mem = m.allocator->stats();
+  CudaBackendStats s;
+  s.bytes_in_use = mem.in_use;
+  s.peak_bytes_in_use = mem.peak_in_use;
+  s.bytes_reserved = mem.reserved;
+  s.peak_bytes_reserved = mem.peak_reserved;
+  s.device_mallocs = mem.device_mallocs;
+  s.allocations = mem.allocations;
+  s.gemm_shapes = m.gemm->cached_shapes();
+  s.attention_cudnn = m.attention_calls[0];
+  s.attention_gemm = m.attention_calls[1];
+  s.attention_flash = m.attention_calls[2];
+  s.sdpa_status = m.sdpa.status();
+  return s;
+}
+
+void CudaBackend::reset_peak_memory() { impl_->allocator->reset_peaks(); }
+
+void CudaBackend::release_cached_memory() {
+  impl_->wait("release_cached_memory");
+  impl_->allocator->release_cached();
+}
+
+int CudaBackend::begin_timing() {
+  cuda::check(cudaEventRecord(impl_->timing[0], impl_->stream), "time_ms: cudaEventRecord");
+  return 0;
+}
+
+double CudaBackend::end_timing(int) {
+  cuda::check(cudaEventRecord(impl_->timing[1], impl_->stream), "time_ms: cudaEventRecord");
+  impl_->wait("time_ms");
+  float ms = 0;
+  cuda::check(cudaEventElapsedTime(&ms, impl_->timing[0], impl_->timing[1]), "time_ms: cudaEventElapsedTime");
+  return ms;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+Tensor CudaBackend::empty(const Shape& shape, DType dtype) { return impl_->alloc(shape, dtype, "empty"); }
+
+namespace {
+void check_upload(const Tensor& host, DType dtype) {
+  DITBATCH_CHECK(host.defined() && host.device() == Device::Host, "upload: {} is not a host tensor",
+                 host.defined() ? host.describe() : "undefined");
+  if (!is_float(host.dtype()) || !is_float(dtype))
+    DITBATCH_CHECK(host.dtype() == dtype, "upload: cannot convert {} to {}", host.describe(), dtype_name(dtype));
+}
+}  // namespace
+
+Tensor CudaBackend::upload(const Tensor& host, DType dtype) {
+  check_upload(host, dtype);
+  Tensor out = impl_->alloc(host.shape(), dtype, "upload");
+  impl_->copy_from_host(host.raw(), host.dtype(), out.raw(), dtype, host.numel());
+  return out;
+}
+
+Tensor CudaBackend::upload_weight(const Tensor& host) {
+  const DType dtype = impl_->opt.act_dtype;
+  check_upload(host, dtype);
+  Tensor out = impl_->alloc(host.shape(), dtype, "upload_weight", /*exact=*/true);
+  impl_->copy_from_host(host.raw(), host.dtype(), out.raw(), dtype, host.numel());
+  return out;
+}
+
+Tensor CudaBackend::to_host_f32(const Tensor& t) {
+  DITBATCH_CHECK(t.defined(), "to_host_f32: undefined tensor");
+  Tensor raw = t;
+  if (t.device() == Device::Cuda) {
+    raw = Tensor::host(t.shape(), t.dtype());
+    if (t.nbytes() > 0)
+      cuda::check(cudaMemcpyAsync(raw.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->stream),
+                  fmt::format("to_host_f32: copying {}", t.describe()));
+    impl_->wait("to_host_f32");
+  }
+  if (is_float(raw.dtype())) return raw.to_f32();
+  Tensor out = Tensor::host(raw.shape(), DType::F32);
+  float* dst = out.data<float>();
+  for (int64_t i = 0; i < raw.numel(); ++i) {
+    switch (raw.dtype()) {
+      case DType::I32: dst[i] = static_cast<float>(raw.data<int32_t>()[i]); break;
+      case DType::I64: dst[i] = static_cast<float>(raw.data<int64_t>()[i]); break;
+      case DType::U8: dst[i] = static_cast<float>(raw.data<uint8_t>()[i]); break;
+      default: fail("to_host_f32: unexpected dtype {}", dtype_name(raw.dtype()));
+    }
+  }
+  return out;
+}
+
+void CudaBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
+  expect_float("copy_rows_", dst, "dst");
+  expect_float("copy_rows_", src, "src");
+  DITBATCH_CHECK(dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
+                 "copy_rows_: {} into rows [{}, {}) of {}", src.describe(), row, row + src.rows(), dst.describe());
+  char* base = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
+  cuda::convert(impl_->ctx, src.raw(), src.dtype(), base, dst.dtype(), src.numel());
+}
+
+void CudaBackend::synchronize() { impl_->wait("synchronize"); }
+
+// ---- dense linear algebra -------------------------------------------------------------------
+
+Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
+  Impl& m = *impl_;
+  expect_float("linear", x, "x");
+  expect_float("linear", w, "w");
+  DITBATCH_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16, "linear: output dtype must be f32 or bf16, got {}",
+                 dtype_name(out_dtype));
+  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1), "linear: x {} and w {} (expected [.., K], [N, K])",
+                 x.describe(), w.describe());
+  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  if (bias) {
+    expect_float("linear", *bias, "bias");
+    DITBATCH_CHECK(bias->numel() == N, "linear: bias {} for N = {}", bias->describe(), N);
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = m.alloc(out_shape, out_dtype, "linear");
+  if (M == 0 || N == 0) return y;
+  DITBATCH_CHECK(K > 0, "linear: x {} has no columns", x.describe());
+  DeviceBlock x_conv, bias_conv;
+  const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear: x converted to the weight dtype");
+  const void* bp = m.bias_for(bias, out_dtype, bias_conv, "linear: bias in the output dtype");
+  cuda::linear_gemm(m.ctx, "linear", xp, w.raw(), w.dtype(), y.raw(), out_dtype, M, N, K, bp,
+                    bp ? cuda::GemmEpilogue::Bias : cuda::GemmEpilogue::None);
+  return y;
+}
+
+Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Impl& m = *impl_;
+  expect_float("linear_gelu", x, "x");
+  expect_float("linear_gelu", w, "w");
+  expect_float("linear_gelu", bias, "bias");
+  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1) && bias.numel() == w.dim(0),
+                 "linear_gelu: x {} w {} bias {} (expected [.., K], [N, K], [N])", x.describe(), w.describe(),
+                 bias.describe());
+  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = m.alloc(out_shape, m.opt.act_dtype, "linear_gelu");
+  if (M == 0 || N == 0) return y;
+  DeviceBlock x_conv, bias_conv;
+  const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_gelu: x converted to the weight dtype");
+  const void* bp = m.bias_for(&bias, y.dtype(), bias_conv, "linear_gelu: bias in the output dtype");
+  cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
+                    cuda::GemmEpilogue::GeluBias);
+  return y;
+}
+
+Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Impl& m = *impl_;
+  expect_float("conv2d_3x3", x, "x");
+  expect_float("conv2d_3x3", w, "w");
+  expect_float("conv2d_3x3", bias, "bias");
+  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
+                 "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}", x.describe(),
+                 w.describe(), bias.describe());
+  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0), K = 9 * Cin;
+  const DType out_dtype = m.opt.act_dtype;
+  Tensor y = m.alloc({H, W, Cout}, out_dtype, "conv2d_3x3");
+  if (H * W == 0 || Cout == 0) return y;
+  DITBATCH_CHECK(Cin > 0, "conv2d_3x3: x {} has no channels", x.describe());
+  DeviceBlock x_conv, bias_conv;
+  const DType in_dtype = w.dtype();
+  const void* xp = m.as_dtype(x, in_dtype, x_conv, "conv2d_3x3: x converted to the weight dtype");
+  const void* bp = m.bias_for(&bias, out_dtype, bias_conv, "conv2d_3x3: bias in the output dtype");
+  // im2col over bands of output rows: the column buffer stays near 256 MiB at any size.
+  const int64_t row_bytes = W * K * static_cast<int64_t>(dtype_size(in_dtype));
+  const int64_t band = std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, row_bytes), 1, H);
+  DeviceBlock col = m.scratch(static_cast<size_t>(band * row_bytes), "conv2d_3x3: im2col buffer");
+  for (int64_t y0 = 0; y0 < H; y0 += band) {
+    const int64_t rows = std::min(band, H - y0);
+    cuda::im2col3x3(m.ctx, xp, col.get(), in_dtype, H, W, Cin, y0, rows);
+    char* out = static_cast<char*>(y.raw()) + static_cast<size_t>(y0 * W * Cout) * dtype_size(out_dtype);
+    cuda::linear_gemm(m.ctx, "conv2d_3x3", col.get(), w.raw(), in_dtype, out, out_dtype, rows * W, Cout, K, bp,
+                      cuda::GemmEpilogue::Bias);
+  }
+  return y;
+}
+
+Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) {
+  Impl& m = *impl_;
+  expect_float("attention", q, "q");
+  expect_float("attention", k, "k");
+  expect_float("attention", v, "v");
+  DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) && k.dim(1) > 0 &&
+                     q.dim(1) % k.dim(1) == 0,
+                 "attention: q {} k {} v {} (expected [Lq, H, Dh], [Lk, Hkv, Dh] with H % Hkv == 0)", q.describe(),
+                 k.describe(), v.describe());
+  DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "attention: q {} k {} v {} must share one dtype",
+                 q.describe(), k.describe(), v.describe());
+  DITBATCH_CHECK(!causal || q.dim(0) == k.dim(0), "attention: causal needs Lq == Lk, got {} and {}", q.dim(0),
+                 k.dim(0));
+  cuda::AttentionShape s;
+  s.Lq = q.dim(0);
+  s.H = q.dim(1);
+  s.Dh = q.dim(2);
+  s.Lk = k.dim(0);
+  s.Hkv = k.dim(1);
+  s.scale = scale;
+  s.causal = causal;
+  Tensor o = m.alloc({s.Lq, s.H, s.Dh}, q.dtype(), "attention");
+  if (s.Lq == 0 || s.Dh == 0) return o;
+  DITBATCH_CHECK(s.Lk > 0, "attention: no keys (k {})", k.describe());
+
+  const CudaAttentionPath path = m.opt.attention;
+  if (path == CudaAttentionPath::Flash && s.Dh <= cuda::kFlashMaxHeadDim) {
+    cuda::attention_flash(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
+    ++m.attention_calls[2];
+    return o;
+  }
+  if ((path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn) &&
+      m.sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
+    std::string error;
+    const auto result = m.sdpa.run(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
+    if (result != cuda::CudnnSdpa::Result::Failed) {
+      ++m.attention_calls[0];
+      if (result == cuda::CudnnSdpa::Result::RanNewPlan && m.opt.sdpa_self_check) m.self_check_sdpa(q, k, v, o, s);
+      return o;
+    }
+    m.log.warn("{}; using the GEMM attention path from now on", error);
+    m.sdpa.disable(error);
+  }
+  m.attention_gemm(q, k, v, o, s);
+  return o;
+}
+
+// ---- normalisation --------------------------------------------------------------------------
+
+Tensor CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
+  Impl& m = *impl_;
+  expect_float("rms_norm", x, "x");
+  expect_float("rms_norm", weight, "weight");
+  DITBATCH_CHECK(weight.numel() == x.cols(), "rms_norm: x {} weight {}", x.describe(), weight.describe());
+  Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "rms_norm");
+  cuda::rms_norm(m.ctx, x.raw(), x.dtype(), weight.raw(), weight.dtype(), y.raw(), y.dtype(), x.rows(), x.cols(), eps);
+  return y;
+}
+
+Tensor CudaBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps) {
+  Impl& m = *impl_;
+  expect_float("layer_norm_modulate", x, "x");
+  expect_float("layer_norm_modulate", shift, "shift");
+  expect_float("layer_norm_modulate", scale, "scale");
+  DITBATCH_CHECK(shift.numel() == x.cols() && scale.numel() == x.cols(), "layer_norm_modulate: x {} shift {} scale {}",
+                 x.describe(), shift.describe(), scale.describe());
+  DITBATCH_CHECK(shift.dtype() == scale.dtype(), "layer_norm_modulate: shift {} and scale {} must share one dtype",
+                 shift.describe(), scale.describe());
+  Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "layer_norm_modulate");
+  cuda::layer_norm_modulate(m.ctx, x.raw(), x.dtype(), shift.raw(), shift.dtype(), scale.raw(), scale.dtype(), y.raw(),
+                            y.dtype(), x.rows(), x.cols(), eps);
+  return y;
+}
+
+Tensor CudaBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
+  Impl& m = *impl_;
+  expect_float("l2_norm_scale", x, "x");
+  expect_float("l2_norm_scale", gamma, "gamma");
+  DITBATCH_CHECK(gamma.numel() == x.cols(), "l2_norm_scale: x {} gamma {}", x.describe(), gamma.describe());
+  Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "l2_norm_scale");
+  cuda::l2_norm_scale(m.ctx, x.raw(), x.dtype(), gamma.raw(), gamma.dtype(), y.raw(), y.dtype(), x.rows(), x.cols());
+  return y;
+}
+
+// ---- element-wise ---------------------------------------------------------------------------
+
+Tensor CudaBackend::silu(const Tensor& x) {
+  expect_float("silu", x, "x");
+  Tensor y = impl_->alloc(x.shape(), x.dtype(), "silu");
+  cuda::silu(impl_->ctx, x.raw(), y.raw(), x.dtype(), x.numel());
+  return y;
+}
+
+Tensor CudaBackend::gelu_tanh(const Tensor& x) {
+  expect_float("gelu_tanh", x, "x");
+  Tensor y = impl_->alloc(x.shape(), x.dtype(), "gelu_tanh");
+  cuda::gelu_tanh(impl_->ctx, x.raw(), y.raw(), x.dtype(), x.numel());
+  return y;
+}
+
+Tensor CudaBackend::silu_mul(const Tensor& gate, const Tensor& up) {
+  expect_float("silu_mul", gate, "gate");
+  expect_float("silu_mul", up, "up");
+  expect_same_shape("silu_mul", gate, up);
+  Tensor y = impl_->alloc(gate.shape(), gate.dtype(), "silu_mul");
+  cuda::silu_mul(impl_->ctx, gate.raw(), gate.dtype(), up.raw(), up.dtype(), y.raw(), gate.numel());
+  return y;
+}
+
+void CudaBackend::add_(Tensor& x, const Tensor& y) {
+  expect_float("add_", x, "x");
+  expect_float("add_", y, "y");
+  expect_same_shape("add_", x, y);
+  cuda::add_inplace(impl_->ctx, x.raw(), x.dtype(), y.raw(), y.dtype(), x.numel());
+}
+
+void CudaBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
+  expect_float("gated_add_", x, "x");
+  expect_float("gated_add_", gate, "gate");
+  expect_float("gated_add_", y, "y");
+  expect_same_shape("gated_add_", x, y);
+  DITBATCH_CHECK(gate.numel() == x.cols(), "gated_add_: x {} gate {}", x.describe(), gate.describe());
+  cuda::gated_add_inplace(impl_->ctx, x.raw(), x.dtype(), gate.raw(), gate.dtype(), y.raw(), y.dtype(), x.rows(),
+                          x.cols());
+}
+
+void CudaBackend::clamp_(Tensor& x, float lo, float hi) {
+  expect_float("clamp_", x, "x");
+  cuda::clamp_inplace(impl_->ctx, x.raw(), x.dtype(), x.numel(), lo, hi);
+}
+
+// ---- positions ------------------------------------------------------------------------------
+
+namespace {
+void check_rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  expect_float(op, x, "x");
+  expect_cuda(op, cos, "cos");
+  expect_cuda(op, sin, "sin");
+  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32, "{}: cos {} and sin {} must be f32 tables", op,
+                 cos.describe(), sin.describe());
+  DITBATCH_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && cos.rank() == 2 && cos.shape() == sin.shape() &&
+                     cos.dim(0) == x.dim(0) && cos.dim(1) == x.dim(2) / 2,
+                 "{}: x {} (expected [L, H, Dh]) cos {} sin {} (expected [L, Dh/2])", op, x.describe(), cos.describe(),
+                 sin.describe());
+}
+}  // namespace
+
+void CudaBackend::rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_rope("rope_interleaved_", x, cos, sin);
+  cuda::rope_inplace(impl_->ctx, x.raw(), x.dtype(), cos.data<float>(), sin.data<float>(), x.dim(0), x.dim(1),
+                     x.dim(2), true);
+}
+
+void CudaBackend::rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) {
+  check_rope("rope_neox_", x, cos, sin);
+  cuda::rope_inplace(impl_->ctx, x.raw(), x.dtype(), cos.data<float>(), sin.data<float>(), x.dim(0), x.dim(1),
+                     x.dim(2), false);
+}
+
+// ---- gathers and resampling -----------------------------------------------------------------
+
+Tensor CudaBackend::embedding(const Tensor& table, const Tensor& ids) {
+  Impl& m = *impl_;
+  expect_float("embedding", table, "table");
+  DITBATCH_CHECK(table.rank() == 2 && ids.defined() && ids.rank() == 1 && ids.dtype() == DType::I64 &&
+                     ids.device() == Device::Host,
+                 "embedding: table {} (expected [V, D]) ids {} (expected host i64 [L])", table.describe(),
+                 ids.defined() ? ids.describe() : "undefined");
+  const int64_t L = ids.dim(0), V = table.dim(0), D = table.dim(1);
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < L; ++i)
+    if (id[i] < 0 || id[i] >= V)
+      fail_input("token id {} at position {} is outside the embedding table of {} rows", id[i], i, V);
+  Tensor out = m.alloc({L, D}, DType::F32, "embedding");
+  if (L == 0) return out;
+  Tensor ids_dev = upload(ids, DType::I64);
+  cuda::embedding(m.ctx, table.raw(), table.dtype(), ids_dev.data<int64_t>(), out.data<float>(), L, D);
+  return out;
+}
+
+Tensor CudaBackend::upsample_nearest2x(const Tensor& x) {
+  expect_float("upsample_nearest2x", x, "x");
+  DITBATCH_CHECK(x.rank() == 3, "upsample_nearest2x: x {} (expected [H, W, C])", x.describe());
+  const int64_t H = x.dim(0), W = x.dim(1), C = x.dim(2);
+  Tensor y = impl_->alloc({2 * H, 2 * W, C}, x.dtype(), "upsample_nearest2x");
+  if (C > 0) cuda::upsample_nearest2x(impl_->ctx, x.raw(), y.raw(), x.dtype(), H, W, C);
+  return y;
+}
+
+// ---- the sampler ----------------------------------------------------------------------------
+
+Tensor CudaBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
+  expect_float("cfg_combine", cond, "cond");
+  expect_float("cfg_combine", neg, "neg");
+  expect_same_shape("cfg_combine", cond, neg);
+  DITBATCH_CHECK(cond.dtype() == neg.dtype(), "cfg_combine: cond {} and neg {} must share one dtype", cond.describe(),
+                 neg.describe());
+  Tensor out = impl_->alloc(cond.shape(), DType::F32, "cfg_combine");
+  if (cond.numel() > 0)
+    cuda::cfg_combine(impl_->ctx, cond.raw(), neg.raw(), cond.dtype(), out.data<float>(), cond.rows(), cond.cols(),
+                      scale);
+  return out;
+}
+
+void CudaBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
+  expect_cuda("euler_step_", x, "x");
+  expect_float("euler_step_", v, "v");
+  DITBATCH_CHECK(x.dtype() == DType::F32, "euler_step_: x {} must be f32 (the latents)", x.describe());
+  expect_same_shape("euler_step_", x, v);
+  cuda::euler_step_inplace(impl_->ctx, x.data<float>(), v.raw(), v.dtype(), x.numel(), dt);
+}
+
+// ---- factories ------------------------------------------------------------------------------
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, const Log& log) {
+  return std::make_unique<CudaBackend>(options, log);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device, const Log& log) {
+  return make_cuda_backend(CudaBackendOptions::from_env(device), log);
+}
+
+}  // namespace ditbatch

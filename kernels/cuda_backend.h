@@ -1,0 +1,118 @@
+// The CUDA backend: every Backend op on one NVIDIA GPU (issue #9). Weights and activations in
+// bf16 (or all fp32 for exact comparisons with the CPU), fp32 accumulation everywhere, the
+// residual streams fp32 as the models ask. One stream, a caching allocator (no cudaMalloc once
+// a resolution's working set has been seen), pinned staging for uploads. kernels/README.md
+// has the layout and the precision policy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/log.h"
+
+namespace ditbatch {
+
+enum class CudaAttentionPath {
+  Auto,   // cuDNN fused SDPA where eligible, else Gemm
+  Cudnn,  // cuDNN where eligible, else Gemm (tests: the stats say which ran)
+  Gemm,   // materialised: cuBLASLt Q K^T, fp32 softmax kernel, cuBLASLt P V
+  Flash,  // our flash-style CUDA-core kernel (head dims up to 384; larger go to Gemm)
+};
+
+struct CudaBackendOptions {
+  int device = 0;
+  DType act_dtype = DType::BF16;  // BF16: bf16 weights and activations; F32: everything fp32
+  CudaAttentionPath attention = CudaAttentionPath::Auto;
+  bool poison = false;            // every new allocation filled with 0xFF bytes (NaN)
+  bool sync_each_op = false;      // wait after every kernel: an asynchronous fault names its op
+  bool sdpa_self_check = true;    // check each new cuDNN SDPA plan's first output against Gemm
+  bool reference_gemm = false;    // every GEMM through our tiled kernel instead of cuBLASLt
+  // The defaults, overridden by DITBATCH_CUDA_ACT=bf16|f32, DITBATCH_CUDA_ATTENTION=auto|cudnn|
+  // gemm|flash, DITBATCH_CUDA_POISON=1, DITBATCH_CUDA_SYNC=1, DITBATCH_CUDA_SDPA_CHECK=0,
+  // DITBATCH_CUDA_REFERENCE_GEMM=1.
+  static CudaBackendOptions from_env(int device);
+};
+
+struct CudaBackendStats {
+  size_t bytes_in_use = 0, peak_bytes_in_use = 0;      // tensors and scratch handed out
+  size_t bytes_reserved = 0, peak_bytes_reserved = 0;  // held from cudaMalloc (incl. the cache)
+  int64_t device_mallocs = 0, allocations = 0;
+  int64_t gemm_shapes = 0;  // distinct GEMM shapes planned so far
+  int64_t attention_cudnn = 0, attention_gemm = 0, attention_flash = 0;  // calls per path
+  std::string sdpa_status;  // "available (...)" or "disabled: why"
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const CudaBackendOptions& options, const Log& log);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override;
+  Device device() const override { return Device::Cuda; }
+  DType act_dtype() const override;
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host, DType dtype) override;
+  Tensor upload_weight(const Tensor& host) override;
+  Tensor to_host_f32(const Tensor& t) override;
+  void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
+  void synchronize() override;
+
+  using Backend::linear;
+  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) override;
+  Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) override;
+
+  Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
+  Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps) override;
+  Tensor l2_norm_scale(const Tensor& x, const Tensor& gamma) override;
+
+  Tensor silu(const Tensor& x) override;
+  Tensor gelu_tanh(const Tensor& x) override;
+  Tensor silu_mul(const Tensor& gate, const Tensor& up) override;
+  void add_(Tensor& x, const Tensor& y) override;
+  void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) override;
+  void clamp_(Tensor& x, float lo, float hi) override;
+
+  void rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
+  void rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
+
+  Tensor embedding(const Tensor& table, const Tensor& ids) override;
+  Tensor upsample_nearest2x(const Tensor& x) override;
+
+  Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) override;
+  void euler_step_(Tensor& x, const Tensor& v, float dt) override;
+
+  // ---- beyond the Backend interface: tests, benchmarks, diagnostics ----
+  const CudaBackendOptions& options() const;
+  void set_attention_path(CudaAttentionPath path);
+  CudaBackendStats stats() const;
+  void reset_peak_memory();
+  // Gives the allocator's cached (unused) blocks back to the device.
+  void release_cached_memory();
+  // y = tanh-GELU(x w^T + bias) in one cuBLASLt call (the GELU_BIAS epilogue); bias required.
+  Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias);
+  // Times fn() on the stream with CUDA events: milliseconds (waits for completion).
+  template <typename F>
+  double time_ms(F&& fn) {
+    const int id = begin_timing();
+    fn();
+    return end_timing(id);
+  }
+
+ private:
+  int begin_timing();
+  double end_timing(int id);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The backend for --backend cuda: options from the environment (CudaBackendOptions::from_env).
+std::unique_ptr<Backend> make_cuda_backend(int device, const Log& log);
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, const Log& log);
+
+}  // namespace ditbatch

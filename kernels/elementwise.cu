@@ -1,0 +1,196 @@
+// Element-wise kernels: dtype conversion, activations, residual adds, clamp, the Euler step.
+// Arithmetic is fp32 whatever the storage type; where the CPU reference rounds each product
+// (x + g * y, x + dt * v) the kernels do too (__fmul_rn / __fadd_rn: no FMA contraction), so
+// f32 runs agree with it bit for bit.
+#include <math_constants.h>
+
+#include "device_utils.cuh"
+#include "launch.h"
+
+namespace ditbatch::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// kernels
+// ---------------------------------------------------------------------------------------------
+
+template <typename TS, typename TD>
+__global__ void convert_kernel(const TS* __restrict__ src, TD* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = from_f<TD>(to_f(src[i]));
+}
+
+__device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
+template <typename T>
+__global__ void silu_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = from_f<T>(silu_f(to_f(x[i])));
+}
+
+// torch's GELU(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <typename T>
+__global__ void gelu_tanh_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  const float beta = 0.7978845608028654f, kappa = 0.044715f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = to_f(x[i]);
+    const float inner = beta * (v + kappa * (v * v * v));
+    y[i] = from_f<T>(0.5f * v * (1.0f + tanhf(inner)));
+  }
+}
+
+template <typename TG, typename TU>
+__global__ void silu_mul_kernel(const TG* __restrict__ gate, const TU* __restrict__ up, TG* __restrict__ y,
+                                int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = from_f<TG>(__fmul_rn(silu_f(to_f(gate[i])), to_f(up[i])));
+}
+
+template <typename TX, typename TY>
+__global__ void add_kernel(TX* __restrict__ x, const TY* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = from_f<TX>(__fadd_rn(to_f(x[i]), to_f(y[i])));
+}
+
+template <typename TX, typename TG, typename TY>
+__global__ void gated_add_kernel(TX* __restrict__ x, const TG* __restrict__ gate, const TY* __restrict__ y,
+                                 int64_t n, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = from_f<TX>(__fadd_rn(to_f(x[i]), __fmul_rn(to_f(gate[i % cols]), to_f(y[i]))));
+}
+
+template <typename T>
+__global__ void clamp_kernel(T* __restrict__ x, int64_t n, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float v = to_f(x[i]);
+    v = v < lo ? lo : v;  // comparisons, not fminf/fmaxf: a NaN must survive to be reported
+    v = hi < v ? hi : v;
+    x[i] = from_f<T>(v);
+  }
+}
+
+template <typename TV>
+__global__ void euler_kernel(float* __restrict__ x, const TV* __restrict__ v, int64_t n, float dt) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __fadd_rn(x[i], __fmul_rn(dt, to_f(v[i])));
+}
+
+// ---------------------------------------------------------------------------------------------
+// launchers
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+void check_count(const char* op, int64_t n) {
+  if (n < 0) fail(cat(op, ": negative element count ", n));
+}
+}  // namespace
+
+void convert(const CudaContext& ctx, const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+  check_count("convert", n);
+  if (n == 0) return;
+  if (src_dtype == dst_dtype && is_float(src_dtype)) {
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype), cudaMemcpyDeviceToDevice,
+                          ctx.stream),
+          "convert: device copy");
+    return;
+  }
+  dispatch_float(src_dtype, "convert", "the source", [&](auto s) {
+    using TS = decltype(s);
+    dispatch_float(dst_dtype, "convert", "the destination", [&](auto d) {
+      using TD = decltype(d);
+      convert_kernel<TS, TD><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const TS*>(src),
+                                                                           static_cast<TD*>(dst), n);
+    });
+  });
+  ctx.launched("convert");
+}
+
+void silu(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n) {
+  check_count("silu", n);
+  if (n == 0) return;
+  dispatch_float(dtype, "silu", "x", [&](auto t) {
+    using T = decltype(t);
+    silu_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+  ctx.launched("silu");
+}
+
+void gelu_tanh(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n) {
+  check_count("gelu_tanh", n);
+  if (n == 0) return;
+  dispatch_float(dtype, "gelu_tanh", "x", [&](auto t) {
+    using T = decltype(t);
+    gelu_tanh_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                        n);
+  });
+  ctx.launched("gelu_tanh");
+}
+
+void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const void* up, DType up_dtype, void* y,
+              int64_t n) {
+  check_count("silu_mul", n);
+  if (n == 0) return;
+  dispatch_float(gate_dtype, "silu_mul", "gate", [&](auto g) {
+    using TG = decltype(g);
+    dispatch_float(up_dtype, "silu_mul", "up", [&](auto u) {
+      using TU = decltype(u);
+      silu_mul_kernel<TG, TU><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(
+          static_cast<const TG*>(gate), static_cast<const TU*>(up), static_cast<TG*>(y), n);
+    });
+  });
+  ctx.launched("silu_mul");
+}
+
+void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n) {
+  check_count("add_", n);
+  if (n == 0) return;
+  dispatch_float(x_dtype, "add_", "x", [&](auto a) {
+    using TX = decltype(a);
+    dispatch_float(y_dtype, "add_", "y", [&](auto b) {
+      using TY = decltype(b);
+      add_kernel<TX, TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<TX*>(x),
+                                                                         static_cast<const TY*>(y), n);
+    });
+  });
+  ctx.launched("add_");
+}
+
+void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* gate, DType gate_dtype,
+                       const void* y, DType y_dtype, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols <= 0) fail(cat("gated_add_: rows ", rows, " cols ", cols));
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  dispatch_float(x_dtype, "gated_add_", "x", [&](auto a) {
+    using TX = decltype(a);
+    dispatch_float(gate_dtype, "gated_add_", "gate", [&](auto g) {
+      using TG = decltype(g);
+      dispatch_float(y_dtype, "gated_add_", "y", [&](auto b) {
+        using TY = decltype(b);
+        gated_add_kernel<TX, TG, TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(
+            static_cast<TX*>(x), static_cast<const TG*>(gate), static_cast<const TY*>(y), n, cols);
+      });
+    });
+  });
+  ctx.launched("gated_add_");
+}
+
+void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, float lo, float hi) {
+  check_count("clamp_", n);
+  if (n == 0) return;
+  dispatch_float(dtype, "clamp_", "x", [&](auto t) {
+    using T = decltype(t);
+    clamp_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<T*>(x), n, lo, hi);
+  });
+  ctx.launched("clamp_");
+}
+
+void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v_dtype, int64_t n, float dt) {
+  check_count("euler_step_", n);
+  if (n == 0) return;
+  dispatch_float(v_dtype, "euler_step_", "v", [&](auto t) {
+    using TV = decltype(t);
+    euler_kernel<TV><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, static_cast<const TV*>(v), n, dt);
+  });
+  ctx.launched("euler_step_");
+}
+
+}  // namespace ditbatch::cuda

@@ -1,0 +1,79 @@
+// Gathers and resampling: embedding rows, nearest x2 upsampling, and the im2col of a 3x3
+// convolution (NHWC, zero padding 1), whose column order (ky, kx, cin) matches the weights.
+#include "device_utils.cuh"
+#include "launch.h"
+
+namespace ditbatch::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// kernels
+// ---------------------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void embedding_kernel(const T* __restrict__ table, const int64_t* __restrict__ ids,
+                                 float* __restrict__ out, int64_t n, int64_t D) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = to_f(table[ids[i / D] * D + i % D]);
+}
+
+template <typename T>
+__global__ void upsample2x_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int64_t W, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % C, pixel = i / C, ox = pixel % (2 * W), oy = pixel / (2 * W);
+    y[i] = x[((oy / 2) * W + ox / 2) * C + c];
+  }
+}
+
+template <typename T>
+__global__ void im2col3x3_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t n, int64_t H, int64_t W,
+                                 int64_t Cin, int64_t y0) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ci = i % Cin, t = i / Cin, tap = t % 9, pixel = t / 9;
+    const int64_t oy = y0 + pixel / W, ox = pixel % W;
+    const int64_t iy = oy + tap / 3 - 1, ix = ox + tap % 3 - 1;
+    col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(iy * W + ix) * Cin + ci] : from_f<T>(0.0f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// launchers
+// ---------------------------------------------------------------------------------------------
+
+void embedding(const CudaContext& ctx, const void* table, DType table_dtype, const int64_t* ids, float* out,
+               int64_t L, int64_t D) {
+  if (L < 0 || D <= 0) fail(cat("embedding: L ", L, " D ", D));
+  const int64_t n = L * D;
+  if (n == 0) return;
+  dispatch_float(table_dtype, "embedding", "table", [&](auto t) {
+    using T = decltype(t);
+    embedding_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(table), ids, out, n, D);
+  });
+  ctx.launched("embedding");
+}
+
+void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t H, int64_t W, int64_t C) {
+  if (H < 0 || W < 0 || C <= 0) fail(cat("upsample_nearest2x: H ", H, " W ", W, " C ", C));
+  const int64_t n = 4 * H * W * C;
+  if (n == 0) return;
+  dispatch_float(dtype, "upsample_nearest2x", "x", [&](auto t) {
+    using T = decltype(t);
+    upsample2x_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                         n, W, C);
+  });
+  ctx.launched("upsample_nearest2x");
+}
+
+void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
+               int64_t y0, int64_t rows) {
+  if (H <= 0 || W <= 0 || Cin <= 0 || y0 < 0 || rows <= 0 || y0 + rows > H)
+    fail(cat("conv2d_3x3 (im2col): H ", H, " W ", W, " Cin ", Cin, " rows [", y0, ", ", y0 + rows, ")"));
+  const int64_t n = rows * W * 9 * Cin;
+  dispatch_float(dtype, "conv2d_3x3", "x", [&](auto t) {
+    using T = decltype(t);
+    im2col3x3_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(col),
+                                                                        n, H, W, Cin, y0);
+  });
+  ctx.launched("conv2d_3x3 (im2col)");
+}
+
+}  // namespace ditbatch::cuda

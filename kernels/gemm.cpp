@@ -1,0 +1,189 @@
+#include "gemm.h"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <string>
+
+#include "cuda_check.h"
+
+namespace ditbatch::cuda {
+namespace {
+
+void check_lt(cublasStatus_t status, const std::string& what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(cat(what, ": cuBLASLt status ", static_cast<int>(status), " (", cublasGetStatusName(status), ": ",
+             cublasGetStatusString(status), ")"));
+}
+
+cudaDataType_t cuda_type(DType t, const char* op, const char* what) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: fail(cat(op, ": ", what, " must be f32 or bf16 for a GEMM, got ", dtype_name(t)));
+  }
+}
+
+// The largest power of two (<= 256) dividing the address and every batch offset.
+uint32_t alignment_of(const void* ptr, int64_t batch_stride_bytes, int batch) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(ptr) | 256u;
+  if (batch > 1) bits |= static_cast<uint64_t>(batch_stride_bytes) | 256u;
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+std::string describe(const GemmCall& c) {
+  auto operand = [](const GemmOperand& o) {
+    return cat(dtype_name(o.dtype), o.transposed ? "^T" : "", " ld ", o.ld, " stride ", o.batch_stride);
+  };
+  return cat(c.op, ": GEMM m ", c.m, " n ", c.n, " k ", c.k, " batch ", c.batch, ", A ", operand(c.a), ", B ",
+             operand(c.b), ", D ", dtype_name(c.d_dtype), " ld ", c.ldd, " stride ", c.d_batch_stride, ", epilogue ",
+             static_cast<int>(c.epilogue));
+}
+
+}  // namespace
+
+struct GemmEngine::Plan {
+  bool reference = false;  // no cuBLASLt algorithm: use gemm_reference
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct GemmEngine::Cache {
+  std::map<std::string, std::unique_ptr<Plan>> plans;
+};
+
+GemmEngine::GemmEngine(int device, cudaStream_t) : cache_(std::make_unique<Cache>()) {
+  check(cudaSetDevice(device), "gemm: cudaSetDevice");
+  check_lt(cublasLtCreate(&handle_), "gemm: cublasLtCreate");
+  check(cudaMalloc(&workspace_, workspace_bytes_), "gemm: the 32 MiB cuBLASLt workspace");
+}
+
+GemmEngine::~GemmEngine() {
+  cache_.reset();
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+int64_t GemmEngine::cached_shapes() const { return static_cast<int64_t>(cache_->plans.size()); }
+
+GemmEngine::Plan& GemmEngine::plan_for(const CudaContext& ctx, const GemmCall& c) {
+  const size_t a_size = dtype_size(c.a.dtype), d_size = dtype_size(c.d_dtype);
+  const uint32_t align_a = alignment_of(c.a.ptr, c.a.batch_stride * static_cast<int64_t>(a_size), c.batch);
+  const uint32_t align_b = alignment_of(c.b.ptr, c.b.batch_stride * static_cast<int64_t>(a_size), c.batch);
+  const uint32_t align_d = alignment_of(c.d, c.d_batch_stride * static_cast<int64_t>(d_size), c.batch);
+  const uint32_t align_bias = c.bias ? alignment_of(c.bias, 0, 1) : 256u;
+  std::string key = cat(c.m, ',', c.n, ',', c.k, ',', c.batch, ',', int(c.a.dtype), int(c.a.transposed), ',', c.a.ld,
+                        ',', c.a.batch_stride, ',', int(c.b.transposed), ',', c.b.ld, ',', c.b.batch_stride, ',',
+                        int(c.d_dtype), ',', c.ldd, ',', c.d_batch_stride, ',', int(c.epilogue), ',', align_a, ',',
+                        align_b, ',', align_d, ',', align_bias);
+  auto it = cache_->plans.find(key);
+  if (it != cache_->plans.end()) return *it->second;
+
+  auto plan = std::make_unique<Plan>();
+  const std::string what = describe(c);
+  const cudaDataType_t ab_type = cuda_type(c.a.dtype, c.op, "the GEMM operands");
+  const cudaDataType_t d_type = cuda_type(c.d_dtype, c.op, "the GEMM output");
+  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what + " (matmul descriptor)");
+  const cublasOperation_t ta = c.a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = c.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
+  check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (c.epilogue == GemmEpilogue::Bias) epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (c.epilogue == GemmEpilogue::GeluBias) epilogue = CUBLASLT_EPILOGUE_GELU_BIAS;
+  check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+           what);
+  if (c.epilogue != GemmEpilogue::None) {
+    const int32_t bias_type = d_type;
+    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                            sizeof bias_type),
+             what);
+    // The heuristic reads the bias pointer's alignment.
+    check_lt(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias),
+             what);
+  }
+  auto layout = [&](cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                    int64_t stride) {
+    check_lt(cublasLtMatrixLayoutCreate(out, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+             what + " (layout)");
+    if (c.batch > 1) {
+      const int32_t count = c.batch;
+      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count), what);
+      check_lt(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                sizeof stride),
+               what);
+    }
+  };
+  layout(&plan->a, ab_type, c.a.transposed ? c.k : c.m, c.a.transposed ? c.m : c.k, c.a.ld, c.a.batch_stride);
+  layout(&plan->b, ab_type, c.b.transposed ? c.n : c.k, c.b.transposed ? c.k : c.n, c.b.ld, c.b.batch_stride);
+  layout(&plan->d, d_type, c.m, c.n, c.ldd, c.d_batch_stride);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), what + " (preference)");
+  const uint64_t ws = workspace_bytes_;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d,
+                                                               plan->d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    plan->reference = true;
+    if (ctx.warn)
+      ctx.warn(cat(what, ": cuBLASLt offers no algorithm (status ", static_cast<int>(status), ", ", found,
+                   " results); using the reference GEMM kernel for this shape"));
+  } else {
+    plan->algo = result.algo;
+  }
+  return *cache_->plans.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
+  if (c.m <= 0 || c.n <= 0 || c.k <= 0 || c.batch < 1) fail(describe(c) + ": every size must be positive");
+  if (c.a.dtype != c.b.dtype) fail(describe(c) + ": A and B must have the same dtype");
+  if ((c.epilogue != GemmEpilogue::None) != (c.bias != nullptr))
+    fail(describe(c) + ": a bias epilogue needs a bias pointer and only then");
+  if (c.bias && reinterpret_cast<uintptr_t>(c.bias) % 16 != 0) fail(describe(c) + ": the bias must be 16-byte aligned");
+  const int64_t a_rows = c.a.transposed ? c.k : c.m, b_rows = c.b.transposed ? c.n : c.k;
+  if (c.a.ld < a_rows || c.b.ld < b_rows || c.ldd < c.m) fail(describe(c) + ": a leading dimension is too small");
+  if (force_reference_) {
+    gemm_reference(ctx, c);
+    return;
+  }
+  Plan& plan = plan_for(ctx, c);
+  if (plan.reference) {
+    gemm_reference(ctx, c);
+    return;
+  }
+  if (c.bias)
+    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias),
+             describe(c));
+  const float beta = 0.0f;
+  const cublasStatus_t status = cublasLtMatmul(handle_, plan.desc, &c.alpha, c.a.ptr, plan.a, c.b.ptr, plan.b, &beta,
+                                               c.d, plan.d, c.d, plan.d, &plan.algo, workspace_, workspace_bytes_,
+                                               ctx.stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+    // The heuristic's algorithm refused the call after all: this shape goes to our kernel.
+    plan.reference = true;
+    if (ctx.warn)
+      ctx.warn(cat(describe(c), ": cublasLtMatmul refused the heuristic's algorithm (", cublasGetStatusName(status),
+                   "); using the reference GEMM kernel for this shape"));
+    gemm_reference(ctx, c);
+    return;
+  }
+  check_lt(status, describe(c));
+  ctx.launched(c.op);
+}
+
+}  // namespace ditbatch::cuda

@@ -1,0 +1,78 @@
+// The launchers of the hand-written kernels (C++17). Each states its contract, checks it,
+// launches on ctx.stream and checks the launch. Pointers are device pointers to dense
+// row-major data; dtypes are f32 or bf16 unless a comment says otherwise. CudaBackend
+// (cuda_backend.cpp) checks shapes against the Backend's conventions before calling these.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "cuda_context.h"
+
+namespace ditbatch::cuda {
+
+// ---- elementwise.cu ----
+// dst[i] = src[i] converted (f32 <-> bf16, or a copy).
+void convert(const CudaContext& ctx, const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+void silu(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n);
+void gelu_tanh(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n);
+// y = silu(gate) * up; y has gate's dtype.
+void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const void* up, DType up_dtype, void* y,
+              int64_t n);
+// x += y
+void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n);
+// x[r, c] += gate[c] * y[r, c]
+void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* gate, DType gate_dtype,
+                       const void* y, DType y_dtype, int64_t rows, int64_t cols);
+// x = min(max(x, lo), hi), NaN stays NaN.
+void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, float lo, float hi);
+// x (f32) = x + dt * v
+void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v_dtype, int64_t n, float dt);
+
+// ---- norm.cu (one warp per row) ----
+// y = x / sqrt(mean(x^2) + eps) * weight
+void rms_norm(const CudaContext& ctx, const void* x, DType x_dtype, const void* weight, DType w_dtype, void* y,
+              DType y_dtype, int64_t rows, int64_t cols, float eps);
+// y = LN(x) * (1 + scale) + shift, LN without affine
+void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, const void* shift,
+                         DType shift_dtype, const void* scale, DType scale_dtype, void* y, DType y_dtype,
+                         int64_t rows, int64_t cols, float eps);
+// y = x / max(||x||, 1e-12) * sqrt(cols) * gamma
+void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
+                   DType y_dtype, int64_t rows, int64_t cols);
+// out (f32) = (neg + s (cond - neg)) * ||cond_r|| / ||comb_r|| per row
+void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,
+                 int64_t cols, float scale);
+
+// ---- rope.cu ----
+// In place on x [L, H, Dh]; cos, sin f32 [L, Dh/2]. interleaved: pairs (2m, 2m+1); else NeoX (m, m + Dh/2).
+void rope_inplace(const CudaContext& ctx, void* x, DType dtype, const float* cos, const float* sin, int64_t L,
+                  int64_t H, int64_t Dh, bool interleaved);
+
+// ---- gather.cu ----
+// out (f32) [L, D] = table[ids[i]]; ids: device int64, already range-checked.
+void embedding(const CudaContext& ctx, const void* table, DType table_dtype, const int64_t* ids, float* out,
+               int64_t L, int64_t D);
+// [H, W, C] -> [2H, 2W, C], same dtype
+void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t H, int64_t W, int64_t C);
+// col [rows * W, 9 * Cin] for output rows [y0, y0 + rows) of a 3x3 / pad 1 convolution of x [H, W, Cin]
+void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
+               int64_t y0, int64_t rows);
+
+// ---- attention.cu ----
+// q [Lq, H, Dh], k and v [Lk, Hkv, Dh], o [Lq, H, Dh], all of one dtype.
+struct AttentionShape {
+  int64_t Lq = 0, Lk = 0, H = 0, Hkv = 0, Dh = 0;
+  float scale = 1.0f;
+  bool causal = false;
+};
+// Our own flash-style kernel: online softmax in fp32, CUDA cores; Dh <= 384.
+void attention_flash(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
+                     const AttentionShape& s);
+constexpr int64_t kFlashMaxHeadDim = 384;
+// Materialised: S = scale Q K^T (cuBLASLt, f32), a softmax kernel writes P (dtype), O = P V
+// (cuBLASLt); query rows in chunks so that S and P stay under ~1 GiB. Any Dh.
+void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
+                    const AttentionShape& s);
+
+}  // namespace ditbatch::cuda

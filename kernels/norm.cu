@@ -1,0 +1,187 @@
+// Row normalisations (one warp per row, any width): RMSNorm, LayerNorm + modulation, the
+// Wan-VAE L2 norm, and the CFG combine with its per-row norm rescale. Sums are fp32 per lane
+// then a butterfly across the warp (every lane ends with the same value); LayerNorm is
+// two-pass (mean, then centred squares): the residual stream reaches ~1e7.
+#include <cmath>
+
+#include "device_utils.cuh"
+#include "launch.h"
+
+namespace ditbatch::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// kernels
+// ---------------------------------------------------------------------------------------------
+
+template <typename TX, typename TW, typename TY>
+__global__ void rms_norm_kernel(const TX* __restrict__ x, const TW* __restrict__ weight, TY* __restrict__ y,
+                                int64_t rows, int cols, float eps) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const TX* xr = x + row * cols;
+  float sum_sq = 0.0f;
+  for (int c = lane; c < cols; c += 32) {
+    const float v = to_f(xr[c]);
+    sum_sq += v * v;
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+  TY* yr = y + row * cols;
+  for (int c = lane; c < cols; c += 32) yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(to_f(xr[c]), inv_rms), to_f(weight[c])));
+}
+
+template <typename TX, typename TS, typename TY>
+__global__ void layer_norm_modulate_kernel(const TX* __restrict__ x, const TS* __restrict__ shift,
+                                           const TS* __restrict__ scale, TY* __restrict__ y, int64_t rows, int cols,
+                                           float eps) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const TX* xr = x + row * cols;
+  float sum = 0.0f;
+  for (int c = lane; c < cols; c += 32) sum += to_f(xr[c]);
+  const float mean = warp_sum(sum) / static_cast<float>(cols);
+  float sum_sq = 0.0f;
+  for (int c = lane; c < cols; c += 32) {
+    const float d = to_f(xr[c]) - mean;
+    sum_sq += d * d;
+  }
+  const float variance = warp_sum(sum_sq) / static_cast<float>(cols);
+  const float rstd = 1.0f / sqrtf(variance + eps);
+  const float bias = -rstd * mean;  // torch: y = x * rstd + (-rstd * mean)
+  TY* yr = y + row * cols;
+  for (int c = lane; c < cols; c += 32) {
+    const float normed = __fadd_rn(__fmul_rn(to_f(xr[c]), rstd), bias);
+    yr[c] = from_f<TY>(__fadd_rn(__fmul_rn(normed, __fadd_rn(1.0f, to_f(scale[c]))), to_f(shift[c])));
+  }
+}
+
+template <typename TX, typename TG, typename TY>
+__global__ void l2_norm_scale_kernel(const TX* __restrict__ x, const TG* __restrict__ gamma, TY* __restrict__ y,
+                                     int64_t rows, int cols, float sqrt_cols) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const TX* xr = x + row * cols;
+  float sum_sq = 0.0f;
+  for (int c = lane; c < cols; c += 32) {
+    const float v = to_f(xr[c]);
+    sum_sq += v * v;
+  }
+  const float norm = fmaxf(sqrtf(warp_sum(sum_sq)), 1e-12f);
+  TY* yr = y + row * cols;
+  for (int c = lane; c < cols; c += 32)
+    yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(__fdiv_rn(to_f(xr[c]), norm), sqrt_cols), to_f(gamma[c])));
+}
+
+// Sums in double: the rescale ratio multiplies every element of the row.
+template <typename T>
+__global__ void cfg_combine_kernel(const T* __restrict__ cond, const T* __restrict__ neg, float* __restrict__ out,
+                                   int64_t rows, int cols, float scale) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* cr = cond + row * cols;
+  const T* nr = neg + row * cols;
+  float* orow = out + row * cols;
+  double cond_sq = 0.0, comb_sq = 0.0;
+  for (int c = lane; c < cols; c += 32) {
+    const float n = to_f(nr[c]), v = to_f(cr[c]);
+    const float comb = __fadd_rn(n, __fmul_rn(scale, __fsub_rn(v, n)));  // three rounded f32 ops
+    orow[c] = comb;
+    cond_sq += static_cast<double>(v) * v;
+    comb_sq += static_cast<double>(comb) * comb;
+  }
+  cond_sq = warp_sum(cond_sq);
+  comb_sq = warp_sum(comb_sq);
+  const float ratio = static_cast<float>(sqrt(cond_sq)) / static_cast<float>(sqrt(comb_sq));
+  // Each lane rescales exactly the elements it wrote in the first pass.
+  for (int c = lane; c < cols; c += 32) orow[c] = __fmul_rn(orow[c], ratio);
+}
+
+// ---------------------------------------------------------------------------------------------
+// launchers
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+void check_rows(const char* op, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols <= 0 || cols > (int64_t{1} << 30)) fail(cat(op, ": rows ", rows, " cols ", cols));
+}
+}  // namespace
+
+void rms_norm(const CudaContext& ctx, const void* x, DType x_dtype, const void* weight, DType w_dtype, void* y,
+              DType y_dtype, int64_t rows, int64_t cols, float eps) {
+  check_rows("rms_norm", rows, cols);
+  if (rows == 0) return;
+  dispatch_float(x_dtype, "rms_norm", "x", [&](auto a) {
+    using TX = decltype(a);
+    dispatch_float(w_dtype, "rms_norm", "weight", [&](auto b) {
+      using TW = decltype(b);
+      dispatch_float(y_dtype, "rms_norm", "y", [&](auto c) {
+        using TY = decltype(c);
+        rms_norm_kernel<TX, TW, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+            static_cast<const TX*>(x), static_cast<const TW*>(weight), static_cast<TY*>(y), rows,
+            static_cast<int>(cols), eps);
+      });
+    });
+  });
+  ctx.launched("rms_norm");
+}
+
+void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, const void* shift,
+                         DType shift_dtype, const void* scale, DType scale_dtype, void* y, DType y_dtype,
+                         int64_t rows, int64_t cols, float eps) {
+  check_rows("layer_norm_modulate", rows, cols);
+  if (shift_dtype != scale_dtype)
+    fail(cat("layer_norm_modulate: shift (", dtype_name(shift_dtype), ") and scale (", dtype_name(scale_dtype),
+             ") must have one dtype"));
+  if (rows == 0) return;
+  dispatch_float(x_dtype, "layer_norm_modulate", "x", [&](auto a) {
+    using TX = decltype(a);
+    dispatch_float(shift_dtype, "layer_norm_modulate", "shift and scale", [&](auto b) {
+      using TS = decltype(b);
+      dispatch_float(y_dtype, "layer_norm_modulate", "y", [&](auto c) {
+        using TY = decltype(c);
+        layer_norm_modulate_kernel<TX, TS, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+            static_cast<const TX*>(x), static_cast<const TS*>(shift), static_cast<const TS*>(scale),
+            static_cast<TY*>(y), rows, static_cast<int>(cols), eps);
+      });
+    });
+  });
+  ctx.launched("layer_norm_modulate");
+}
+
+void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
+                   DType y_dtype, int64_t rows, int64_t cols) {
+  check_rows("l2_norm_scale", rows, cols);
+  if (rows == 0) return;
+  const float sqrt_cols = static_cast<float>(std::sqrt(static_cast<double>(cols)));  // python C**0.5 as f32
+  dispatch_float(x_dtype, "l2_norm_scale", "x", [&](auto a) {
+    using TX = decltype(a);
+    dispatch_float(g_dtype, "l2_norm_scale", "gamma", [&](auto b) {
+      using TG = decltype(b);
+      dispatch_float(y_dtype, "l2_norm_scale", "y", [&](auto c) {
+        using TY = decltype(c);
+        l2_norm_scale_kernel<TX, TG, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+            static_cast<const TX*>(x), static_cast<const TG*>(gamma), static_cast<TY*>(y), rows,
+            static_cast<int>(cols), sqrt_cols);
+      });
+    });
+  });
+  ctx.launched("l2_norm_scale");
+}
+
+void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,
+                 int64_t cols, float scale) {
+  check_rows("cfg_combine", rows, cols);
+  if (rows == 0) return;
+  dispatch_float(dtype, "cfg_combine", "cond and neg", [&](auto t) {
+    using T = decltype(t);
+    cfg_combine_kernel<T><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+        static_cast<const T*>(cond), static_cast<const T*>(neg), out, rows, static_cast<int>(cols), scale);
+  });
+  ctx.launched("cfg_combine");
+}
+
+}  // namespace ditbatch::cuda

@@ -1,0 +1,195 @@
+// The tiny golden models on CUDA (the same goldens the CPU tests meet at fp32 rounding):
+// the transformer, the VAE decoder, the text encoder and the whole pipeline, each in f32 mode
+// (must agree with diffusers nearly as well as the CPU does) and in bf16 mode (the fast path:
+// the figures are reported, with bounds that catch a broken kernel rather than grade bf16).
+// Every figure is printed as a "[cuda-metric]" line for tools/device/check.sh.
+#include <gtest/gtest.h>
+
+#ifndef DITBATCH_HAVE_CUDA
+
+TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-DDITBATCH_CUDA=OFF)"; }
+
+#else
+
+#include <cmath>
+#include <cstdio>
+
+#include "cuda_backend.h"
+#include "cuda_device.h"
+#include "golden_weights.h"
+#include "io/h5.h"
+#include "model/noise.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
+#include "pipeline/qwen_image_pipeline.h"
+
+using namespace ditbatch;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                        \
+  do {                                                                                            \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_describe_devices(); \
+  } while (0)
+
+void metric(const std::string& name, double value) { std::printf("[cuda-metric] %s %.6g\n", name.c_str(), value); }
+
+std::unique_ptr<CudaBackend> make_backend(DType act) {
+  CudaBackendOptions o = CudaBackendOptions::from_env(0);
+  o.act_dtype = act;
+  return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
+}
+
+// f32 mode: the CPU meets the goldens at ~1e-10; a GPU in fp32 sums in other orders.
+// bf16 mode: one bf16 rounding is ~1e-6 of nmse; these bounds only catch broken kernels.
+double component_bound(DType act) { return act == DType::F32 ? 1e-7 : 1e-3; }
+
+Tensor row_of(const Tensor& t, int64_t b) {
+  Shape inner(t.shape().begin() + 1, t.shape().end());
+  return t.slice0(b, b + 1).view(inner).to_f32();
+}
+
+Tensor squeeze0(const Tensor& t) { return t.view(Shape(t.shape().begin() + 1, t.shape().end())); }
+
+// [1, C, 1, H, W] -> [H, W, C]
+Tensor nchw_to_nhwc(const Tensor& t) {
+  const int64_t C = t.dim(1), H = t.dim(3), W = t.dim(4);
+  Tensor src = t.to_f32(), out = Tensor::host({H, W, C});
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t i = 0; i < H * W; ++i) out.data<float>()[i * C + c] = src.data<float>()[c * H * W + i];
+  return out;
+}
+
+class CudaGolden : public ::testing::TestWithParam<DType> {};
+
+std::string mode_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
+
+}  // namespace
+
+TEST_P(CudaGolden, Transformer) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  WeightStore store = WeightStore::open(test::golden_weights());
+  QwenImageTransformer model(*be, store.component("transformer"));
+  h5::File f = h5::File::open_read(test::golden("transformer.h5"));
+  double worst = 0;
+  for (const char* name : {"even", "odd", "nomask"}) {
+    h5::Group g = f.root().open_group("cases").open_group(name);
+    const int64_t h = g.attr_int("h"), w = g.attr_int("w");
+    Tensor latents = g.read_tensor("hidden_states"), text = g.read_tensor("encoder_hidden_states");
+    Tensor timestep = g.read_tensor("timestep"), output = g.read_tensor("output");
+    const bool has_mask = g.has_dataset("encoder_hidden_states_mask");
+    Tensor mask = has_mask ? g.read_tensor("encoder_hidden_states_mask") : Tensor();
+    const int64_t B = latents.dim(0), L = text.dim(1);
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t valid = L;
+      if (has_mask) {
+        valid = 0;
+        for (int64_t j = 0; j < L; ++j) valid += mask.data<int64_t>()[b * L + j] != 0;
+      }
+      TimestepConditioning cond = model.condition(timestep.data<float>()[b]);
+      Tensor out = be->to_host_f32(model.forward(be->upload(row_of(latents, b), DType::F32),
+                                                 be->upload(row_of(text, b), DType::F32), valid, h, w, cond));
+      const double err = test::nmse(out, row_of(output, b));
+      worst = std::max(worst, err);
+      EXPECT_LE(err, component_bound(act)) << name << " row " << b;
+    }
+  }
+  metric(fmt::format("golden.{}.transformer.worst_nmse", dtype_name(act)), worst);
+}
+
+TEST_P(CudaGolden, VaeDecoder) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  WeightStore store = WeightStore::open(test::golden_weights());
+  VaeDecoder vae(*be, store.component("vae"));
+  h5::File f = h5::File::open_read(test::golden("vae.h5"));
+  h5::Group cases = f.root().open_group("cases");
+  double worst = 0;
+  for (const auto& name : cases.members()) {
+    h5::Group g = cases.open_group(name);
+    Tensor z = g.read_tensor("z");  // [1, 16, 1, h, w]
+    const int64_t h = z.dim(3), w = z.dim(4);
+    Tensor decoded = be->to_host_f32(vae.decode(z.view({16, h, w})));
+    const double err = test::nmse(decoded, nchw_to_nhwc(g.read_tensor("decoded")));
+    worst = std::max(worst, err);
+    EXPECT_LE(err, component_bound(act)) << "case " << name;
+  }
+  metric(fmt::format("golden.{}.vae.worst_nmse", dtype_name(act)), worst);
+}
+
+TEST_P(CudaGolden, TextEncoder) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  WeightStore store = WeightStore::open(test::golden_weights());
+  QwenTextEncoder te(*be, store.component("text_encoder"));
+  h5::File f = h5::File::open_read(test::golden("text_encoder.h5"));
+  h5::Group prompts = f.root().open_group("prompts");
+  const int64_t drop = f.root().attr_int("drop_idx");
+  double worst = 0;
+  for (const auto& name : prompts.members()) {
+    h5::Group g = prompts.open_group(name);
+    Tensor ids_t = g.read_tensor("input_ids");
+    std::vector<int64_t> ids(ids_t.data<int64_t>(), ids_t.data<int64_t>() + ids_t.numel());
+    const int64_t L = static_cast<int64_t>(ids.size());
+    Tensor out = be->to_host_f32(te.encode(ids));
+    const double err = test::nmse(out.slice0(drop, L), g.read_tensor("prompt_embeds"));
+    worst = std::max(worst, err);
+    EXPECT_LE(err, component_bound(act)) << "prompt " << name;
+  }
+  metric(fmt::format("golden.{}.text_encoder.worst_nmse", dtype_name(act)), worst);
+}
+
+TEST_P(CudaGolden, WholePipeline) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  Log log(0, 1, "warn");
+  WeightStore weights = WeightStore::open(test::golden_weights());
+  QwenImagePipeline pipeline(*be, weights, log);
+  h5::File f = h5::File::open_read(test::golden("pipeline.h5"));
+  double worst_nmse = 0, worst_psnr = 1e9;
+  for (int index = 0; index < 12; ++index) {
+    h5::Group g = f.root().open_group("cases").open_group(fmt::format("{:02d}", index));
+    ImageJob job;
+    job.prompt = g.attr_string("prompt");
+    job.negative_prompt = g.attr_string("negative_prompt");
+    job.seed = static_cast<uint64_t>(g.attr_int("seed"));
+    job.width = g.attr_int("width");
+    job.height = g.attr_int("height");
+    job.steps = g.attr_int("steps");
+    job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
+    job.true_cfg = g.attr_int("true_cfg") != 0;
+    SCOPED_TRACE(fmt::format("case {:02d}: {}x{} cfg {}", index, job.width, job.height, job.true_cfg));
+    PromptEmbedding prompt = pipeline.encode_prompt(job.prompt);
+    std::optional<PromptEmbedding> negative;
+    if (job.true_cfg) negative = pipeline.encode_prompt(job.negative_prompt);
+    StageTimes times;
+    GeneratedImage image = pipeline.generate(job, prompt, negative ? &*negative : nullptr, nullptr, times);
+    ASSERT_TRUE(image.ok) << image.error;
+    const double err = test::nmse(image.latents, squeeze0(g.read_tensor("final_latents")));
+    Tensor expected = g.read_tensor("image_uint8");
+    ASSERT_EQ(static_cast<int64_t>(image.rgb.size()), expected.numel());
+    double mse = 0;
+    for (int64_t i = 0; i < expected.numel(); ++i) {
+      const double d = static_cast<double>(image.rgb[static_cast<size_t>(i)]) - expected.data<uint8_t>()[i];
+      mse += d * d;
+    }
+    mse /= static_cast<double>(expected.numel());
+    const double psnr = mse > 0 ? 10.0 * std::log10(255.0 * 255.0 / mse) : 99.0;
+    worst_nmse = std::max(worst_nmse, err);
+    worst_psnr = std::min(worst_psnr, psnr);
+    EXPECT_LE(err, act == DType::F32 ? 1e-7 : 1e-3) << "final latents";
+    EXPECT_GE(psnr, act == DType::F32 ? 50.0 : 30.0) << "image PSNR (dB) against diffusers' uint8 image";
+  }
+  metric(fmt::format("golden.{}.pipeline.worst_latents_nmse", dtype_name(act)), worst_nmse);
+  metric(fmt::format("golden.{}.pipeline.worst_image_psnr_db", dtype_name(act)), worst_psnr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaGolden, ::testing::Values(DType::F32, DType::BF16), mode_name);
+
+#endif  // DITBATCH_HAVE_CUDA

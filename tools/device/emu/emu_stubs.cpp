@@ -1,0 +1,58 @@
+// What the CPU emulation (tools/device/emulate.sh) puts in place of the parts that need the
+// real libraries: every GEMM through the reference kernel (gemm_reference.cu, emulated like
+// every other kernel), cuDNN SDPA absent, one emulated device.
+#include <set>
+#include <string>
+
+#include "attention_cudnn.h"
+#include "cuda_check.h"
+#include "cuda_device.h"
+#include "gemm.h"
+
+namespace ditbatch {
+
+int cuda_device_count() { return 1; }
+std::string cuda_describe_devices() { return "0: CPU emulation of a CUDA device (tools/device/emulate.sh)\n"; }
+std::string cuda_library_versions() { return "emulated: no cudart, cuBLASLt or cuDNN"; }
+std::string cuda_library_paths() { return ""; }
+std::string cuda_kernel_image_check() { return ""; }
+
+namespace cuda {
+
+struct GemmEngine::Cache {
+  std::set<std::string> shapes;
+};
+
+GemmEngine::GemmEngine(int, cudaStream_t) : cache_(std::make_unique<Cache>()) {}
+GemmEngine::~GemmEngine() = default;
+int64_t GemmEngine::cached_shapes() const { return static_cast<int64_t>(cache_->shapes.size()); }
+
+void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
+  if (c.m <= 0 || c.n <= 0 || c.k <= 0 || c.batch < 1 || c.a.dtype != c.b.dtype ||
+      (c.epilogue != GemmEpilogue::None) != (c.bias != nullptr) || reinterpret_cast<uintptr_t>(c.bias) % 16 != 0)
+    fail(cat(c.op, ": bad GEMM call m ", c.m, " n ", c.n, " k ", c.k, " batch ", c.batch));
+  const int64_t a_rows = c.a.transposed ? c.k : c.m, b_rows = c.b.transposed ? c.n : c.k;
+  if (c.a.ld < a_rows || c.b.ld < b_rows || c.ldd < c.m) fail(cat(c.op, ": a leading dimension is too small"));
+  cache_->shapes.insert(cat(c.m, ',', c.n, ',', c.k, ',', c.batch));
+  gemm_reference(ctx, c);
+}
+
+struct CudnnSdpa::Impl {};
+CudnnSdpa::CudnnSdpa() : impl_(std::make_unique<Impl>()) {}
+CudnnSdpa::~CudnnSdpa() = default;
+bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&,
+                         std::string* why) const {
+  if (why) *why = "CPU emulation: no cuDNN";
+  return false;
+}
+CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, const void*, void*,
+                                 const AttentionShape&, std::string* error) {
+  if (error) *error = "CPU emulation: no cuDNN";
+  return Result::Failed;
+}
+void CudnnSdpa::disable(const std::string&) {}
+bool CudnnSdpa::disabled() const { return true; }
+std::string CudnnSdpa::status() const { return "disabled: CPU emulation has no cuDNN"; }
+
+}  // namespace cuda
+}  // namespace ditbatch

@@ -1,0 +1,4 @@
+// CPU emulation (tools/device/emulate.sh).
+#pragma once
+#include <limits>
+#define CUDART_INF_F (std::numeric_limits<float>::infinity())

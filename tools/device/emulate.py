@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Runs the CUDA backend's tests on the CPU, under an emulation of the CUDA execution model.
+
+kernels/*.cu are compiled as C++ (tools/device/emu/transform.py rewrites the <<<>>> launches)
+against tools/device/emu/include (a small fake CUDA runtime: fibers for threads, real
+barriers and warp shuffles, host memory as device memory). cuBLASLt is replaced by our
+reference GEMM kernel (itself emulated) and cuDNN is absent (emu_stubs.cpp). Everything else
+is the real code: CudaBackend, the allocator, every hand-written kernel, the tests.
+
+This is not a GPU: no timing, no concurrency between blocks, and cuBLASLt / cuDNN / the
+launch-configuration limits of a real device are not exercised. What it does prove is that
+the kernels' indexing, reductions, barriers, shuffles and masks compute the same functions as
+the CPU backend, and that the backend's dispatch works end to end (the golden pipelines).
+
+Usage: python3 tools/device/emulate.py [--asan] [--core-build DIR] [--build DIR] [-- gtest args]
+The core library and the link line come from a CMake build (default build-cuda).
+Default gtest filter: every CUDA test except the 16,384-token attention (too slow emulated).
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EMU = os.path.join(ROOT, "tools", "device", "emu")
+KERNELS = os.path.join(ROOT, "kernels")
+HOST_SOURCES = ["cuda_backend.cpp", "cuda_memory.cpp", "cuda_check.cpp"]  # gemm.cpp, attention_cudnn.cpp: stubs
+SKIPPED_CU = {"cuda_device.cu"}  # stubbed in emu_stubs.cpp
+TESTS = ["test_cuda_ops.cpp", "test_cuda_pipeline.cpp", "op_cases.cpp"]
+DEFAULT_FILTER = "*Cuda*:-*CudaAttentionLarge*"
+
+
+def ninja_commands(build, target):
+    out = subprocess.run(["ninja", "-C", build, "-t", "commands", target], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--core-build", default=os.path.join(ROOT, "build-cuda"))
+    ap.add_argument("--build", default=os.path.join(ROOT, "build-emu"))
+    ap.add_argument("--asan", action="store_true", help="AddressSanitizer on the kernels, backend and tests")
+    ap.add_argument("--jobs", default="2")
+    ap.add_argument("gtest", nargs="*")
+    args = ap.parse_args()
+    core = os.path.abspath(args.core_build)
+    build = os.path.abspath(args.build + ("-asan" if args.asan else ""))
+    os.makedirs(os.path.join(build, "src"), exist_ok=True)
+    subprocess.run(["ninja", "-C", core, "ditbatch_core"], check=True)
+
+    # Compile flags: those of the CUDA test object in the core build, with our fake CUDA headers
+    # in place of the toolkit's.
+    compile_line = [l for l in ninja_commands(core, "tests/CMakeFiles/ditbatch_tests.dir/unit/test_cuda_ops.cpp.o")
+                    if "test_cuda_ops.cpp" in l][-1]
+    words = shlex.split(compile_line)[1:]
+    cleaned, i = [], 0
+    while i < len(words):
+        w = words[i]
+        if w in ("-o", "-c", "-MF", "-MT"):  # per-file arguments
+            i += 2
+            continue
+        if w == "-isystem" and i + 1 < len(words) and "cuda" in words[i + 1]:  # the toolkit's headers
+            i += 2
+            continue
+        if w != "-MD" and not w.endswith(".cpp"):
+            cleaned.append(w)
+        i += 1
+    flags = ["-I" + os.path.join(EMU, "include"), "-I" + KERNELS] + cleaned + [
+        "-g", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-fno-omit-frame-pointer"]
+    if args.asan:
+        flags += ["-fsanitize=address"]
+
+    link_line = ninja_commands(core, "tests/ditbatch_tests")[-1]
+    libs, after_core = [], False
+    link_words = next(part for part in link_line.split("&&") if "c++" in part or "g++" in part)
+    for w in shlex.split(link_words):
+        if w.endswith("libditbatch_core.a"):
+            after_core = True
+            libs.append(os.path.join(core, w) if not os.path.isabs(w) else w)
+            continue
+        if not after_core or w.startswith("-Wl,-rpath"):
+            continue
+        if any(x in w for x in ("cuda", "cublas", "cudnn", "cudadevrt", "culibos")):
+            continue
+        libs.append(w)
+    libs += ["/usr/lib/x86_64-linux-gnu/libgtest.a", "/usr/lib/x86_64-linux-gnu/libgtest_main.a", "-lpthread"]
+    if args.asan:
+        libs = ["-fsanitize=address"] + libs
+
+    sources = []
+    for name in sorted(os.listdir(KERNELS)):
+        if name.endswith(".cu") and name not in SKIPPED_CU:
+            out = os.path.join(build, "src", name[:-3] + ".cpp")
+            sources.append(("transform", os.path.join(KERNELS, name), out))
+    for name in HOST_SOURCES:
+        sources.append(("cxx", os.path.join(KERNELS, name), None))
+    for name in ("emu_runtime.cpp", "emu_stubs.cpp"):
+        sources.append(("cxx", os.path.join(EMU, name), None))
+    for name in TESTS:
+        sources.append(("cxx", os.path.join(ROOT, "tests", "unit", name), None))
+
+    n = ["rule transform", f"  command = python3 {EMU}/transform.py $in > $out", "",
+         "rule cxx", f"  command = c++ {' '.join(shlex.quote(f) for f in flags)} -MD -MF $out.d -c $in -o $out",
+         "  depfile = $out.d", "  deps = gcc", "",
+         "rule link", f"  command = c++ -o $out $in {' '.join(shlex.quote(l) for l in libs)}", ""]
+    objects = []
+    for kind, src, out in sources:
+        if kind == "transform":
+            n.append(f"build {out}: transform {src} | {EMU}/transform.py")
+            src = out
+        obj = os.path.join(build, "obj", os.path.basename(src) + ".o")
+        n.append(f"build {obj}: cxx {src}")
+        objects.append(obj)
+    exe = os.path.join(build, "ditbatch_cuda_emulated_tests")
+    n.append(f"build {exe}: link {' '.join(objects)} | {os.path.join(core, 'libditbatch_core.a')}")
+    with open(os.path.join(build, "build.ninja"), "w") as f:
+        f.write("\n".join(n) + "\n")
+    subprocess.run(["ninja", "-C", build, "-j", args.jobs], check=True)
+
+    gtest = args.gtest or ["--gtest_filter=" + DEFAULT_FILTER]
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    if args.asan:
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "detect_leaks=0:detect_stack_use_after_return=0")
+    print("running", exe, *gtest, flush=True)
+    return subprocess.run([exe] + gtest, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
