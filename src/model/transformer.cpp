@@ -123,8 +123,11 @@ TimestepConditioning QwenImageTransformer::condition(float tt) {
   return cond;
 }
 
-void QwenImageTransformer::rope_tables(int64_t h, int64_t w, int64_t text_len, Tensor& img_cos, Tensor& img_sin,
-                                       Tensor& txt_cos, Tensor& txt_sin) const {
+const QwenImageTransformer::RopeTables& QwenImageTransformer::rope_tables(int64_t h, int64_t w, int64_t text_len) {
+  const auto key = std::make_tuple(h, w, text_len);
+  if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
+  if (rope_cache_.size() >= 16) rope_cache_.clear();  // many sizes in one run: keep memory bounded
+  RopeTables tables;
   // QwenEmbedRope(theta 10000, axes_dims_rope, scale_rope=True), spec §4.5. Pair m of a head
   // belongs to the frame axis, then height, then width; each axis has its own frequencies.
   const int64_t half = config_.attention_head_dim / 2;
@@ -153,14 +156,15 @@ void QwenImageTransformer::rope_tables(int64_t h, int64_t w, int64_t text_len, T
   };
   // Image positions are centred: rows -ceil(h/2) .. floor(h/2)-1, likewise columns; frame 0.
   const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
-  std::tie(img_cos, img_sin) = fill(h * w, [&](int64_t t) {
-    return std::array<int64_t, 3>{0, t / w - h0, t % w - w0};
+  std::tie(tables.img_cos, tables.img_sin) = fill(h * w, [&](int64_t token) {
+    return std::array<int64_t, 3>{0, token / w - h0, token % w - w0};
   });
   // Text token j sits at max(h/2, w/2) + j on all three axes.
   const int64_t text_start = std::max(h / 2, w / 2);
-  std::tie(txt_cos, txt_sin) = fill(text_len, [&](int64_t t) {
-    return std::array<int64_t, 3>{text_start + t, text_start + t, text_start + t};
+  std::tie(tables.txt_cos, tables.txt_sin) = fill(text_len, [&](int64_t token) {
+    return std::array<int64_t, 3>{text_start + token, text_start + token, text_start + token};
   });
+  return rope_cache_.emplace(key, std::move(tables)).first->second;
 }
 
 Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h,
@@ -180,8 +184,8 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
   if (std::max(h, w) / 2 + L > 4096 || (std::max(h, w) + 1) / 2 > 4096)
     fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L);
 
-  Tensor img_cos, img_sin, txt_cos, txt_sin;
-  rope_tables(h, w, L, img_cos, img_sin, txt_cos, txt_sin);
+  const RopeTables& rope = rope_tables(h, w, L);
+  const Tensor &img_cos = rope.img_cos, &img_sin = rope.img_sin, &txt_cos = rope.txt_cos, &txt_sin = rope.txt_sin;
 
   Tensor x = w_.img_in(be_, latents, DType::F32);                                      // [S, D] residual, f32
   Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text, w_.txt_norm, c.eps), DType::F32);  // [L, D]

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "core/backend.h"
@@ -73,9 +75,13 @@ class QwenImageTransformer {
     std::vector<Block> blocks;
   };
   static void bind(WeightBinder& binder, Backend* be, const TransformerConfig& c, Weights& w);
-  // cos/sin tables [tokens, Dh/2] for the image grid and the text tokens (§4.5).
-  void rope_tables(int64_t h, int64_t w, int64_t text_len, Tensor& img_cos, Tensor& img_sin, Tensor& txt_cos,
-                   Tensor& txt_sin) const;
+  // cos/sin tables [tokens, Dh/2] for the image grid and the text tokens (§4.5), built once per
+  // (h, w, text length) and kept: every step and both CFG passes reuse them.
+  struct RopeTables {
+    Tensor img_cos, img_sin, txt_cos, txt_sin;
+  };
+  const RopeTables& rope_tables(int64_t h, int64_t w, int64_t text_len);
+  std::map<std::tuple<int64_t, int64_t, int64_t>, RopeTables> rope_cache_;
 
   Backend& be_;
   TransformerConfig config_;
