@@ -156,7 +156,7 @@ constexpr int64_t kParallelMin = 1 << 14;
 // (a GEMM would pack all of B to use it once).
 void gemm_nt(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
              float* C, int64_t ldc) {
-  constexpr int64_t kTileM = 512, kTileN = 512;
+  constexpr int64_t kTileM = 128, kTileN = 256;  // enough tiles to share even at S = 256
   const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t t = 0; t < tiles_m * tiles_n; ++t) {
