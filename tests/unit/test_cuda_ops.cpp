@@ -22,8 +22,7 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
-#include "cuda_backend.h"
-#include "cuda_device.h"
+#include "cuda_test_util.h"
 #include "op_cases.h"
 #include "test_util.h"
 
@@ -31,21 +30,8 @@ using namespace ditbatch;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                          \
-  do {                                                                                              \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_describe_devices();   \
-  } while (0)
-
-// A backend for one test: the environment's options (DITBATCH_CUDA_ATTENTION lets
-// tools/device/check.sh keep cuDNN out of a run), poisoned allocations, synchronous launches
-// (a fault names its op).
 std::unique_ptr<CudaBackend> make_backend(DType act, std::optional<CudaAttentionPath> attention = std::nullopt) {
-  CudaBackendOptions o = CudaBackendOptions::from_env(0);
-  o.act_dtype = act;
-  if (attention) o.attention = *attention;
-  o.poison = true;
-  o.sync_each_op = true;
-  return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
+  return test::make_cuda_test_backend(act, true, attention);
 }
 
 Tensor round_bf16(const Tensor& host) {

@@ -14,9 +14,8 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include <cmath>
 #include <cstdio>
 
-#include "cuda_backend.h"
-#include "cuda_device.h"
-#include "golden_weights.h"
+#include "cuda_test_util.h"
+#include "golden.h"
 #include "io/h5.h"
 #include "model/noise.h"
 #include "model/text_encoder.h"
@@ -25,41 +24,22 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include "pipeline/qwen_image_pipeline.h"
 
 using namespace ditbatch;
+using test::batch_row;
+using test::nchw_to_nhwc;
+using test::squeeze0;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                        \
-  do {                                                                                            \
-    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_describe_devices(); \
-  } while (0)
-
 void metric(const std::string& name, double value) { std::printf("[cuda-metric] %s %.6g\n", name.c_str(), value); }
 
-std::unique_ptr<CudaBackend> make_backend(DType act) {
-  CudaBackendOptions o = CudaBackendOptions::from_env(0);
-  o.act_dtype = act;
-  return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
-}
+std::unique_ptr<CudaBackend> make_backend(DType act) { return test::make_cuda_test_backend(act, false); }
 
 // f32 mode: the CPU meets the goldens at ~1e-10; a GPU in fp32 sums in other orders.
 // bf16 mode: one bf16 rounding is ~1e-6 of nmse; these bounds only catch broken kernels.
 double component_bound(DType act) { return act == DType::F32 ? 1e-7 : 1e-3; }
 
-Tensor row_of(const Tensor& t, int64_t b) {
-  Shape inner(t.shape().begin() + 1, t.shape().end());
-  return t.slice0(b, b + 1).view(inner).to_f32();
-}
 
-Tensor squeeze0(const Tensor& t) { return t.view(Shape(t.shape().begin() + 1, t.shape().end())); }
 
-// [1, C, 1, H, W] -> [H, W, C]
-Tensor nchw_to_nhwc(const Tensor& t) {
-  const int64_t C = t.dim(1), H = t.dim(3), W = t.dim(4);
-  Tensor src = t.to_f32(), out = Tensor::host({H, W, C});
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t i = 0; i < H * W; ++i) out.data<float>()[i * C + c] = src.data<float>()[c * H * W + i];
-  return out;
-}
 
 class CudaGolden : public ::testing::TestWithParam<DType> {};
 
@@ -90,9 +70,9 @@ TEST_P(CudaGolden, Transformer) {
         for (int64_t j = 0; j < L; ++j) valid += mask.data<int64_t>()[b * L + j] != 0;
       }
       TimestepConditioning cond = model.condition(timestep.data<float>()[b]);
-      Tensor out = be->to_host_f32(model.forward(be->upload(row_of(latents, b), DType::F32),
-                                                 be->upload(row_of(text, b), DType::F32), valid, h, w, cond));
-      const double err = test::nmse(out, row_of(output, b));
+      Tensor out = be->to_host_f32(model.forward(be->upload(batch_row(latents, b), DType::F32),
+                                                 be->upload(batch_row(text, b), DType::F32), valid, h, w, cond));
+      const double err = test::nmse(out, batch_row(output, b));
       worst = std::max(worst, err);
       EXPECT_LE(err, component_bound(act)) << name << " row " << b;
     }
@@ -155,15 +135,7 @@ TEST_P(CudaGolden, WholePipeline) {
   double worst_nmse = 0, worst_psnr = 1e9;
   for (int index = 0; index < 12; ++index) {
     h5::Group g = f.root().open_group("cases").open_group(fmt::format("{:02d}", index));
-    ImageJob job;
-    job.prompt = g.attr_string("prompt");
-    job.negative_prompt = g.attr_string("negative_prompt");
-    job.seed = static_cast<uint64_t>(g.attr_int("seed"));
-    job.width = g.attr_int("width");
-    job.height = g.attr_int("height");
-    job.steps = g.attr_int("steps");
-    job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
-    job.true_cfg = g.attr_int("true_cfg") != 0;
+    ImageJob job = test::golden_pipeline_job(g);
     SCOPED_TRACE(fmt::format("case {:02d}: {}x{} cfg {}", index, job.width, job.height, job.true_cfg));
     PromptEmbedding prompt = pipeline.encode_prompt(job.prompt);
     std::optional<PromptEmbedding> negative;

@@ -4,33 +4,22 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.h"
-#include "golden_weights.h"
+#include "golden.h"
 #include "io/h5.h"
 #include "model/noise.h"
 #include "pipeline/qwen_image_pipeline.h"
 
 using namespace ditbatch;
-
-namespace {
-
-Tensor squeeze0(const Tensor& t) { return t.view(Shape(t.shape().begin() + 1, t.shape().end())); }
-
-}  // namespace
+using test::batch_row;
+using test::nchw_to_nhwc;
+using test::squeeze0;
 
 class PipelineGolden : public ::testing::TestWithParam<int> {};
 
 TEST_P(PipelineGolden, MatchesDiffusers) {
   h5::File f = h5::File::open_read(test::golden("pipeline.h5"));
   h5::Group g = f.root().open_group("cases").open_group(fmt::format("{:02d}", GetParam()));
-  ImageJob job;
-  job.prompt = g.attr_string("prompt");
-  job.negative_prompt = g.attr_string("negative_prompt");
-  job.seed = static_cast<uint64_t>(g.attr_int("seed"));
-  job.width = g.attr_int("width");
-  job.height = g.attr_int("height");
-  job.steps = g.attr_int("steps");
-  job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
-  job.true_cfg = g.attr_int("true_cfg") != 0;
+  ImageJob job = test::golden_pipeline_job(g);
   ASSERT_EQ(job.true_cfg, !job.negative_prompt.empty());
   SCOPED_TRACE(fmt::format("{}x{} cfg {} prompt '{}'", job.width, job.height, job.true_cfg, job.prompt));
 

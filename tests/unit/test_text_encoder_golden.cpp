@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.h"
-#include "golden_weights.h"
+#include "golden.h"
 #include "io/h5.h"
 #include "model/text_encoder.h"
 

@@ -3,19 +3,17 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.h"
-#include "golden_weights.h"
+#include "golden.h"
 #include "io/h5.h"
 #include "model/transformer.h"
 
 using namespace ditbatch;
+using test::batch_row;
+using test::nchw_to_nhwc;
+using test::squeeze0;
 
 namespace {
 
-// Row b of a [B, ...] host tensor as its own [..] tensor.
-Tensor batch_row(const Tensor& t, int64_t b) {
-  Shape inner(t.shape().begin() + 1, t.shape().end());
-  return t.slice0(b, b + 1).view(inner).to_f32();
-}
 
 constexpr double kNmseBound = 1e-10;  // fp32 rounding only
 

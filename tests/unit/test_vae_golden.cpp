@@ -3,25 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.h"
-#include "golden_weights.h"
+#include "golden.h"
 #include "io/h5.h"
 #include "model/noise.h"
 #include "model/vae.h"
 
 using namespace ditbatch;
-
-namespace {
-
-// [1, C, 1, H, W] (diffusers, NCTHW) -> [H, W, C] (ours, NHWC).
-Tensor nchw_to_nhwc(const Tensor& t) {
-  const int64_t C = t.dim(1), H = t.dim(3), W = t.dim(4);
-  Tensor src = t.to_f32(), out = Tensor::host({H, W, C});
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t i = 0; i < H * W; ++i) out.data<float>()[i * C + c] = src.data<float>()[c * H * W + i];
-  return out;
-}
-
-}  // namespace
+using test::batch_row;
+using test::nchw_to_nhwc;
+using test::squeeze0;
 
 TEST(VaeGolden, TinyDecoderAtFourSizes) {
   CpuBackend be;

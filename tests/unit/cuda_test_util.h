@@ -1,0 +1,33 @@
+// Shared by the CUDA tests (included only in CUDA builds): skipping without a GPU, and a
+// backend configured for a test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+
+#include "cuda_backend.h"
+#include "cuda_device.h"
+
+namespace ditbatch::test {
+
+#define SKIP_WITHOUT_GPU()                                                                        \
+  do {                                                                                            \
+    if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_describe_devices(); \
+  } while (0)
+
+// The environment's options (DITBATCH_CUDA_ATTENTION lets tools/device/check.sh keep cuDNN out
+// of a run) with this activation dtype; `checked` adds poisoned allocations and synchronous
+// launches (a fault names its op).
+inline std::unique_ptr<CudaBackend> make_cuda_test_backend(DType act, bool checked,
+                                                           std::optional<CudaAttentionPath> attention = std::nullopt) {
+  CudaBackendOptions o = CudaBackendOptions::from_env(0);
+  o.act_dtype = act;
+  if (attention) o.attention = *attention;
+  o.poison = checked;
+  o.sync_each_op = checked;
+  return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
+}
+
+}  // namespace ditbatch::test
