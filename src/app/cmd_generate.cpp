@@ -251,7 +251,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     remove_stale_temp_files(o.run.out_dir, log);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
-    for (int64_t i = lo; i < hi; ++i)
+    // One image left is enough to know: the ranks check the rest as they go.
+    for (int64_t i = lo; i < hi && remaining == 0; ++i)
       remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], manifest);
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
