@@ -33,6 +33,9 @@ class CudnnSdpa {
   Result run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, const AttentionShape& s,
              std::string* error);
   void disable(const std::string& why);
+  // Destroys the plans and the handle (before the stream they are bound to goes); a later
+  // run() makes them again.
+  void release();
   bool disabled() const;
   // "available (cuDNN 91900)" or "disabled: <why>".
   std::string status() const;

@@ -11,6 +11,9 @@
 //   add_, gated_add_, clamp_: any mix of f32|bf16, in place
 //   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
 //   cfg_combine: cond, neg one dtype -> f32; euler_step_: x f32, v f32|bf16
+//   fused: linear_gelu as linear (-> act dtype); linear_into_ -> dst's dtype; rms_norm_rope_into_
+//   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
+//   shift, scale share one dtype, else the Backend's two-op default
 // Anything else fails with a message naming the op and the dtypes.
 #include "cuda_backend.h"
 
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "attention_cudnn.h"
+#include "conv_cudnn.h"
 #include "core/error.h"
 #include "cuda_check.h"
 #include "cuda_context.h"
@@ -97,6 +101,15 @@ const char* path_name(CudaAttentionPath p) {
   return "?";
 }
 
+const char* conv_path_name(CudaConvPath p) {
+  switch (p) {
+    case CudaConvPath::Auto: return "auto";
+    case CudaConvPath::Cudnn: return "cudnn";
+    case CudaConvPath::Im2col: return "im2col";
+  }
+  return "?";
+}
+
 // ---- host-side conversion into the staging buffer -------------------------------------------
 
 void convert_host(const void* src, DType st, void* dst, DType dt, int64_t n) {
@@ -165,7 +178,12 @@ CudaBackendOptions CudaBackendOptions::from_env(int device) {
   else fail_input("DITBATCH_CUDA_ATTENTION={}: expected auto, cudnn, gemm or flash", attention);
   o.poison = env_flag("DITBATCH_CUDA_POISON", o.poison);
   o.sync_each_op = env_flag("DITBATCH_CUDA_SYNC", o.sync_each_op);
-  o.sdpa_self_check = env_flag("DITBATCH_CUDA_SDPA_CHECK", o.sdpa_self_check);
+  const std::string conv = env("DITBATCH_CUDA_CONV");
+  if (conv == "auto" || conv.empty()) o.conv = CudaConvPath::Auto;
+  else if (conv == "cudnn") o.conv = CudaConvPath::Cudnn;
+  else if (conv == "im2col") o.conv = CudaConvPath::Im2col;
+  else fail_input("DITBATCH_CUDA_CONV={}: expected auto, cudnn or im2col", conv);
+  o.cudnn_self_check = env_flag("DITBATCH_CUDA_CUDNN_CHECK", o.cudnn_self_check);
   o.reference_gemm = env_flag("DITBATCH_CUDA_REFERENCE_GEMM", o.reference_gemm);
   return o;
 }
@@ -181,9 +199,11 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::GemmEngine> gemm;
   std::unique_ptr<cuda::PinnedStaging> staging;  // made at the first upload
   cuda::CudnnSdpa sdpa;
+  cuda::CudnnConv conv;
   cuda::CudaContext ctx;
   cudaEvent_t timing[2] = {nullptr, nullptr};
   int64_t attention_calls[3] = {0, 0, 0};  // cudnn, gemm, flash
+  int64_t conv_calls[2] = {0, 0};          // cudnn, im2col
 
   Impl(const CudaBackendOptions& o, const Log& l) : opt(o), log(l) {}
 
@@ -241,29 +261,66 @@ struct CudaBackend::Impl {
     ++attention_calls[1];
   }
 
-  // The first output of a new cuDNN plan against the Gemm path: a layout or version problem
-  // shows as a large error, and then cuDNN is switched off for the rest of the run.
+  // im2col over bands of output rows (the column buffer stays near 256 MiB at any size), each
+  // band one cuBLASLt GEMM with the bias epilogue. x in in_dtype, bias in y's dtype.
+  void conv_im2col(const void* x, const void* w, DType in_dtype, const void* bias, Tensor& y, const cuda::ConvShape& s) {
+    const int64_t K = 9 * s.Cin;
+    const int64_t row_bytes = s.W * K * static_cast<int64_t>(dtype_size(in_dtype));
+    const int64_t band = std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, row_bytes), 1, s.H);
+    DeviceBlock col = scratch(static_cast<size_t>(band * row_bytes), "conv2d_3x3: im2col buffer");
+    for (int64_t y0 = 0; y0 < s.H; y0 += band) {
+      const int64_t rows = std::min(band, s.H - y0);
+      cuda::im2col3x3(ctx, x, col.get(), in_dtype, s.H, s.W, s.Cin, y0, rows);
+      char* out = static_cast<char*>(y.raw()) + static_cast<size_t>(y0 * s.W * s.Cout) * dtype_size(y.dtype());
+      cuda::linear_gemm(ctx, "conv2d_3x3", col.get(), w, in_dtype, out, y.dtype(), rows * s.W, s.Cout, K, bias,
+                        cuda::GemmEpilogue::Bias);
+    }
+    ++conv_calls[1];
+  }
+
+  // The first output of a new cuDNN plan (got) against our own path's (ref): a layout or
+  // version problem shows as a large error (bf16 vs bf16 by two algorithms: ~1e-5; a layout
+  // error: ~1). Then ref is taken and the reason returned, for the caller to switch that cuDNN
+  // path off for the rest of the run; "" when the plan agrees.
+  std::string check_cudnn_output(Tensor& got, const Tensor& ref, const std::string& plan, const char* ours) {
+    const double err = nmse_device(got, ref, "cuDNN self-check");
+    constexpr double kBound = 1e-3;
+    if (err <= kBound) {
+      log.info("cuDNN plan for {} checked against {}: nmse {:.3g}", plan, ours, err);
+      return "";
+    }
+    const std::string why =
+        fmt::format("its output for {} differs from {} by nmse {:.3g} (bound {:g})", plan, ours, err, kBound);
+    log.warn("cuDNN disabled for this op: {}; using {}", why, ours);
+    cuda::check(cudaMemcpyAsync(got.raw(), ref.raw(), got.nbytes(), cudaMemcpyDeviceToDevice, stream),
+                "cuDNN self-check: taking our output");
+    return why;
+  }
+
+  void self_check_conv(const void* x, const void* w, const void* bias, Tensor& y, const cuda::ConvShape& s) {
+    Tensor ref = alloc(y.shape(), y.dtype(), "conv2d_3x3 (cuDNN self-check)");
+    conv_im2col(x, w, y.dtype(), bias, ref, s);
+    --conv_calls[1];
+    const std::string why = check_cudnn_output(
+        y, ref, fmt::format("the {}x{} convolution, {} -> {} channels", s.H, s.W, s.Cin, s.Cout), "im2col + cuBLASLt");
+    if (!why.empty()) conv.disable(why);
+  }
+
   void self_check_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
     Tensor ref = alloc(o.shape(), o.dtype(), "attention (cuDNN self-check)");
     cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), ref.raw(), q.dtype(), s);
-    wait("attention (cuDNN self-check)");
-    Tensor got_host = Tensor::host(o.shape(), o.dtype()), ref_host = Tensor::host(o.shape(), o.dtype());
-    cuda::check(cudaMemcpy(got_host.raw(), o.raw(), o.nbytes(), cudaMemcpyDeviceToHost), "self-check copy");
-    cuda::check(cudaMemcpy(ref_host.raw(), ref.raw(), ref.nbytes(), cudaMemcpyDeviceToHost), "self-check copy");
-    const double err = nmse_host(got_host.to_f32(), ref_host.to_f32());
-    constexpr double kBound = 1e-3;  // bf16 vs bf16 by two algorithms: ~1e-5; a layout error: ~1
-    if (!(err <= kBound)) {
-      const std::string why = fmt::format("its output for Lq {} Lk {} H {} Dh {} differs from the GEMM path by nmse {:.3g} "
-                                          "(bound {:g})",
-                                          s.Lq, s.Lk, s.H, s.Dh, err, kBound);
-      log.warn("cuDNN SDPA disabled: {}; using the GEMM attention path", why);
-      sdpa.disable(why);
-      cuda::check(cudaMemcpyAsync(o.raw(), ref.raw(), o.nbytes(), cudaMemcpyDeviceToDevice, stream),
-                  "self-check: taking the GEMM output");
-    } else {
-      log.info("cuDNN SDPA plan for Lq {} Lk {} H {} Dh {} checked against the GEMM path: nmse {:.3g}", s.Lq, s.Lk,
-               s.H, s.Dh, err);
-    }
+    const std::string why = check_cudnn_output(
+        o, ref, fmt::format("SDPA Lq {} Lk {} H {} Dh {}", s.Lq, s.Lk, s.H, s.Dh), "the GEMM attention path");
+    if (!why.empty()) sdpa.disable(why);
+  }
+
+  // nmse(got, ref) of two device tensors of one shape and dtype (waits for the stream).
+  double nmse_device(const Tensor& got, const Tensor& ref, const char* what) {
+    wait(what);
+    Tensor got_host = Tensor::host(got.shape(), got.dtype()), ref_host = Tensor::host(ref.shape(), ref.dtype());
+    cuda::check(cudaMemcpy(got_host.raw(), got.raw(), got.nbytes(), cudaMemcpyDeviceToHost), what);
+    cuda::check(cudaMemcpy(ref_host.raw(), ref.raw(), ref.nbytes(), cudaMemcpyDeviceToHost), what);
+    return nmse_host(got_host.to_f32(), ref_host.to_f32());
   }
 };
 
@@ -297,10 +354,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
   m.ctx.sync_each_op = options.sync_each_op;
   m.ctx.warn = [log = m.log](const std::string& message) { log.warn("{}", message); };
   log.info("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB); {}; activations {}, attention {} (cuDNN "
-           "SDPA {}){}{}",
+           "SDPA {}), convolution {} (cuDNN {}){}{}",
            options.device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
            static_cast<double>(prop.totalGlobalMem) / double(1 << 30), cuda_library_versions(),
-           dtype_name(options.act_dtype), path_name(options.attention), m.sdpa.status(),
+           dtype_name(options.act_dtype), path_name(options.attention), m.sdpa.status(), conv_path_name(options.conv),
+           m.conv.status(),
            options.poison ? ", allocations poisoned" : "", options.sync_each_op ? ", synchronous" : "");
 }
 
@@ -311,6 +369,8 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   m.staging.reset();
   m.gemm.reset();
+  m.sdpa.release();  // the cuDNN handles are bound to the stream destroyed below
+  m.conv.release();
   // Tensors that outlive the backend keep the allocator alive; its cached blocks go now.
   m.allocator->release_cached();
   m.allocator->detach_stream();
@@ -321,6 +381,7 @@ std::string CudaBackend::name() const { return fmt::format("cuda:{}", impl_->opt
 DType CudaBackend::act_dtype() const { return impl_->opt.act_dtype; }
 const CudaBackendOptions& CudaBackend::options() const { return impl_->opt; }
 void CudaBackend::set_attention_path(CudaAttentionPath path) { impl_->opt.attention = path; }
+void CudaBackend::set_conv_path(CudaConvPath path) { impl_->opt.conv = path; }
 
 CudaBackendStats CudaBackend::stats() const {
   const Impl& m = *impl_;
@@ -337,6 +398,9 @@ CudaBackendStats CudaBackend::stats() const {
   s.attention_gemm = m.attention_calls[1];
   s.attention_flash = m.attention_calls[2];
   s.sdpa_status = m.sdpa.status();
+  s.conv_cudnn = m.conv_calls[0];
+  s.conv_im2col = m.conv_calls[1];
+  s.conv_status = m.conv.status();
   return s;
 }
 
@@ -467,9 +531,39 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_gelu: x converted to the weight dtype");
   const void* bp = m.bias_for(&bias, y.dtype(), bias_conv, "linear_gelu: bias in the output dtype");
+  if (y.dtype() == DType::F32) {
+    // f32 mode exists to hold every kernel to fp32 rounding; cuBLASLt's GELU epilogue may use
+    // the hardware's approximate tanh, so there the GELU is our kernel's.
+    cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
+                      cuda::GemmEpilogue::Bias);
+    cuda::gelu_tanh(m.ctx, y.raw(), y.raw(), y.dtype(), y.numel());
+    return y;
+  }
   cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
                     cuda::GemmEpilogue::GeluBias);
   return y;
+}
+
+void CudaBackend::linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  Impl& m = *impl_;
+  expect_float("linear_into_", dst, "dst");
+  expect_float("linear_into_", x, "x");
+  expect_float("linear_into_", w, "w");
+  expect_float("linear_into_", bias, "bias");
+  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1) && bias.numel() == w.dim(0) && dst.cols() == w.dim(0) &&
+                     row >= 0 && row + x.rows() <= dst.rows(),
+                 "linear_into_: x {} w {} bias {} into rows [{}, {}) of dst {} (expected [M, K], [N, K], [N], "
+                 "dst [>= row + M, N])",
+                 x.describe(), w.describe(), bias.describe(), row, row + x.rows(), dst.describe());
+  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  if (M == 0 || N == 0) return;
+  DITBATCH_CHECK(K > 0, "linear_into_: x {} has no columns", x.describe());
+  DeviceBlock x_conv, bias_conv;
+  const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_into_: x converted to the weight dtype");
+  const void* bp = m.bias_for(&bias, dst.dtype(), bias_conv, "linear_into_: bias in the output dtype");
+  char* out = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * N) * dtype_size(dst.dtype());
+  cuda::linear_gemm(m.ctx, "linear_into_", xp, w.raw(), w.dtype(), out, dst.dtype(), M, N, K, bp,
+                    cuda::GemmEpilogue::Bias);
 }
 
 Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -480,7 +574,7 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
   DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
                  "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}", x.describe(),
                  w.describe(), bias.describe());
-  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0), K = 9 * Cin;
+  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0);
   const DType out_dtype = m.opt.act_dtype;
   Tensor y = m.alloc({H, W, Cout}, out_dtype, "conv2d_3x3");
   if (H * W == 0 || Cout == 0) return y;
@@ -489,17 +583,21 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
   const DType in_dtype = w.dtype();
   const void* xp = m.as_dtype(x, in_dtype, x_conv, "conv2d_3x3: x converted to the weight dtype");
   const void* bp = m.bias_for(&bias, out_dtype, bias_conv, "conv2d_3x3: bias in the output dtype");
-  // im2col over bands of output rows: the column buffer stays near 256 MiB at any size.
-  const int64_t row_bytes = W * K * static_cast<int64_t>(dtype_size(in_dtype));
-  const int64_t band = std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, row_bytes), 1, H);
-  DeviceBlock col = m.scratch(static_cast<size_t>(band * row_bytes), "conv2d_3x3: im2col buffer");
-  for (int64_t y0 = 0; y0 < H; y0 += band) {
-    const int64_t rows = std::min(band, H - y0);
-    cuda::im2col3x3(m.ctx, xp, col.get(), in_dtype, H, W, Cin, y0, rows);
-    char* out = static_cast<char*>(y.raw()) + static_cast<size_t>(y0 * W * Cout) * dtype_size(out_dtype);
-    cuda::linear_gemm(m.ctx, "conv2d_3x3", col.get(), w.raw(), in_dtype, out, out_dtype, rows * W, Cout, K, bp,
-                      cuda::GemmEpilogue::Bias);
+  const cuda::ConvShape s{H, W, Cin, Cout};
+  if (m.opt.conv != CudaConvPath::Im2col && in_dtype == out_dtype &&
+      m.conv.eligible(xp, w.raw(), bp, y.raw(), out_dtype, s, nullptr)) {
+    std::string error;
+    const auto result = m.conv.run(m.ctx, xp, w.raw(), bp, y.raw(), out_dtype, s, &error);
+    if (result != cuda::CudnnConv::Result::Failed) {
+      ++m.conv_calls[0];
+      if (result == cuda::CudnnConv::Result::RanNewPlan && m.opt.cudnn_self_check)
+        m.self_check_conv(xp, w.raw(), bp, y, s);
+      return y;
+    }
+    m.log.warn("{}; using im2col + cuBLASLt for every convolution from now on", error);
+    m.conv.disable(error);
   }
+  m.conv_im2col(xp, w.raw(), in_dtype, bp, y, s);
   return y;
 }
 
@@ -540,7 +638,7 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
     const auto result = m.sdpa.run(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
     if (result != cuda::CudnnSdpa::Result::Failed) {
       ++m.attention_calls[0];
-      if (result == cuda::CudnnSdpa::Result::RanNewPlan && m.opt.sdpa_self_check) m.self_check_sdpa(q, k, v, o, s);
+      if (result == cuda::CudnnSdpa::Result::RanNewPlan && m.opt.cudnn_self_check) m.self_check_sdpa(q, k, v, o, s);
       return o;
     }
     m.log.warn("{}; using the GEMM attention path from now on", error);
@@ -660,6 +758,50 @@ void CudaBackend::rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) {
   check_rope("rope_neox_", x, cos, sin);
   cuda::rope_inplace(impl_->ctx, x.raw(), x.dtype(), cos.data<float>(), sin.data<float>(), x.dim(0), x.dim(1),
                      x.dim(2), false);
+}
+
+void CudaBackend::rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
+                                      const Tensor& cos, const Tensor& sin, float eps) {
+  const char* op = "rms_norm_rope_into_";
+  expect_float(op, dst, "dst");
+  expect_float(op, proj, "proj");
+  expect_float(op, weight, "weight");
+  expect_cuda(op, cos, "cos");
+  expect_cuda(op, sin, "sin");
+  const int64_t tokens = proj.rows(), Dh = weight.numel();
+  DITBATCH_CHECK(proj.rank() == 2 && Dh > 0 && Dh % 2 == 0 && proj.cols() % Dh == 0 && dst.cols() == proj.cols() &&
+                     row >= 0 && row + tokens <= dst.rows(),
+                 "{}: proj {} (expected [tokens, H * Dh]) with weight {} (Dh, even) into rows [{}, {}) of dst {}", op,
+                 proj.describe(), weight.describe(), row, row + tokens, dst.describe());
+  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.rank() == 2 && cos.shape() == sin.shape() &&
+                     cos.dim(0) == tokens && cos.dim(1) == Dh / 2,
+                 "{}: cos {} sin {} (expected f32 [{}, {}])", op, cos.describe(), sin.describe(), tokens, Dh / 2);
+  char* out = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
+  cuda::rms_norm_rope(impl_->ctx, proj.raw(), proj.dtype(), weight.raw(), weight.dtype(), cos.data<float>(),
+                      sin.data<float>(), out, dst.dtype(), tokens, proj.cols() / Dh, Dh, eps);
+}
+
+Tensor CudaBackend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
+                                                   const Tensor& scale, float eps) {
+  Impl& m = *impl_;
+  const char* op = "gated_add_layer_norm_modulate_";
+  expect_float(op, x, "x");
+  expect_float(op, gate, "gate");
+  expect_float(op, y, "y");
+  expect_float(op, shift, "shift");
+  expect_float(op, scale, "scale");
+  // The kernel keeps the residual stream in f32 and reads gate, shift and scale as one dtype;
+  // anything else takes the two-op path (same result, one more pass).
+  if (x.dtype() != DType::F32 || gate.dtype() != shift.dtype() || shift.dtype() != scale.dtype())
+    return Backend::gated_add_layer_norm_modulate_(x, gate, y, shift, scale, eps);
+  expect_same_shape(op, x, y);
+  DITBATCH_CHECK(gate.numel() == x.cols() && shift.numel() == x.cols() && scale.numel() == x.cols(),
+                 "{}: x {} gate {} shift {} scale {}", op, x.describe(), gate.describe(), shift.describe(),
+                 scale.describe());
+  Tensor out = m.alloc(x.shape(), m.opt.act_dtype, op);
+  cuda::gated_add_layer_norm_modulate(m.ctx, x.data<float>(), gate.raw(), y.raw(), y.dtype(), shift.raw(),
+                                      scale.raw(), shift.dtype(), out.raw(), out.dtype(), x.rows(), x.cols(), eps);
+  return out;
 }
 
 // ---- gathers and resampling -----------------------------------------------------------------

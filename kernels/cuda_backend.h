@@ -21,16 +21,24 @@ enum class CudaAttentionPath {
   Flash,  // our flash-style CUDA-core kernel (head dims up to 384; larger go to Gemm)
 };
 
+enum class CudaConvPath {
+  Auto,    // cuDNN's fused convolution + bias where eligible (bf16, channels % 8), else Im2col
+  Cudnn,   // the same (tests: the stats say which ran)
+  Im2col,  // im2col kernel + cuBLASLt GEMM with the bias epilogue, in bands of rows
+};
+
 struct CudaBackendOptions {
   int device = 0;
   DType act_dtype = DType::BF16;  // BF16: bf16 weights and activations; F32: everything fp32
   CudaAttentionPath attention = CudaAttentionPath::Auto;
   bool poison = false;            // every new allocation filled with 0xFF bytes (NaN)
   bool sync_each_op = false;      // wait after every kernel: an asynchronous fault names its op
-  bool sdpa_self_check = true;    // check each new cuDNN SDPA plan's first output against Gemm
+  CudaConvPath conv = CudaConvPath::Auto;
+  bool cudnn_self_check = true;   // each new cuDNN plan's first output checked against our path
   bool reference_gemm = false;    // every GEMM through our tiled kernel instead of cuBLASLt
   // The defaults, overridden by DITBATCH_CUDA_ACT=bf16|f32, DITBATCH_CUDA_ATTENTION=auto|cudnn|
-  // gemm|flash, DITBATCH_CUDA_POISON=1, DITBATCH_CUDA_SYNC=1, DITBATCH_CUDA_SDPA_CHECK=0,
+  // gemm|flash, DITBATCH_CUDA_CONV=auto|cudnn|im2col, DITBATCH_CUDA_POISON=1, DITBATCH_CUDA_SYNC=1,
+  // DITBATCH_CUDA_CUDNN_CHECK=0,
   // DITBATCH_CUDA_REFERENCE_GEMM=1.
   static CudaBackendOptions from_env(int device);
 };
@@ -42,6 +50,8 @@ struct CudaBackendStats {
   int64_t gemm_shapes = 0;  // distinct GEMM shapes planned so far
   int64_t attention_cudnn = 0, attention_gemm = 0, attention_flash = 0;  // calls per path
   std::string sdpa_status;  // "available (...)" or "disabled: why"
+  int64_t conv_cudnn = 0, conv_im2col = 0;  // conv2d_3x3 calls per path
+  std::string conv_status;  // cuDNN convolution: "available (...)" or "disabled: why"
 };
 
 class CudaBackend final : public Backend {
@@ -87,15 +97,22 @@ class CudaBackend final : public Backend {
   Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) override;
   void euler_step_(Tensor& x, const Tensor& v, float dt) override;
 
+  // fused: one cuBLASLt call (GELU_BIAS epilogue), a GEMM into rows of dst, one kernel each
+  Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  void rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight, const Tensor& cos,
+                           const Tensor& sin, float eps) override;
+  Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
+                                        const Tensor& scale, float eps) override;
+
   // ---- beyond the Backend interface: tests, benchmarks, diagnostics ----
   const CudaBackendOptions& options() const;
   void set_attention_path(CudaAttentionPath path);
+  void set_conv_path(CudaConvPath path);
   CudaBackendStats stats() const;
   void reset_peak_memory();
   // Gives the allocator's cached (unused) blocks back to the device.
   void release_cached_memory();
-  // y = tanh-GELU(x w^T + bias) in one cuBLASLt call (the GELU_BIAS epilogue); bias required.
-  Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias);
   // Times fn() on the stream with CUDA events: milliseconds (waits for completion).
   template <typename F>
   double time_ms(F&& fn) {

@@ -50,8 +50,8 @@ std::string cuda_library_versions() {
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
-  return fmt::format("cudart {}, driver {}, cuBLASLt {}, cuDNN {}", runtime, driver, cublasLtGetVersion(),
-                     cudnnGetVersion());
+  return fmt::format("cudart {}, driver {}, cuBLASLt {} (for CUDA {}), cuDNN {} (for CUDA {})", runtime, driver,
+                     cublasLtGetVersion(), cublasLtGetCudartVersion(), cudnnGetVersion(), cudnnGetCudartVersion());
 }
 
 namespace {

@@ -2,13 +2,17 @@
 
 #include <cublasLt.h>
 
+#include <array>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cuda_check.h"
 
 namespace ditbatch::cuda {
 namespace {
+
+constexpr int kAlgorithms = 8;  // heuristic results kept per shape
 
 void check_lt(cublasStatus_t status, const std::string& what) {
   if (status != CUBLAS_STATUS_SUCCESS)
@@ -46,7 +50,10 @@ struct GemmEngine::Plan {
   bool reference = false;  // no cuBLASLt algorithm: use gemm_reference
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  // The heuristic's results in its order; `next` is the one in use. One that cublasLtMatmul
+  // refuses at run time is skipped for the next (deterministic: the same order every run).
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  size_t next = 0;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -55,8 +62,10 @@ struct GemmEngine::Plan {
   }
 };
 
+// Keyed by every number that shapes a plan (no string formatting per call: ~1000 GEMMs a step).
+using PlanKey = std::array<int64_t, 20>;
 struct GemmEngine::Cache {
-  std::map<std::string, std::unique_ptr<Plan>> plans;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
 GemmEngine::GemmEngine(int device, cudaStream_t) : cache_(std::make_unique<Cache>()) {
@@ -79,10 +88,9 @@ GemmEngine::Plan& GemmEngine::plan_for(const CudaContext& ctx, const GemmCall& c
   const uint32_t align_b = alignment_of(c.b.ptr, c.b.batch_stride * static_cast<int64_t>(a_size), c.batch);
   const uint32_t align_d = alignment_of(c.d, c.d_batch_stride * static_cast<int64_t>(d_size), c.batch);
   const uint32_t align_bias = c.bias ? alignment_of(c.bias, 0, 1) : 256u;
-  std::string key = cat(c.m, ',', c.n, ',', c.k, ',', c.batch, ',', int(c.a.dtype), int(c.a.transposed), ',', c.a.ld,
-                        ',', c.a.batch_stride, ',', int(c.b.transposed), ',', c.b.ld, ',', c.b.batch_stride, ',',
-                        int(c.d_dtype), ',', c.ldd, ',', c.d_batch_stride, ',', int(c.epilogue), ',', align_a, ',',
-                        align_b, ',', align_d, ',', align_bias);
+  const PlanKey key = {c.m, c.n, c.k, c.batch, int64_t(c.a.dtype), int64_t(c.a.transposed), c.a.ld, c.a.batch_stride,
+                       int64_t(c.b.transposed), c.b.ld, c.b.batch_stride, int64_t(c.d_dtype), c.ldd, c.d_batch_stride,
+                       int64_t(c.epilogue), align_a, align_b, align_d, align_bias, 0};
   auto it = cache_->plans.find(key);
   if (it != cache_->plans.end()) return *it->second;
 
@@ -133,18 +141,19 @@ GemmEngine::Plan& GemmEngine::plan_for(const CudaContext& ctx, const GemmCall& c
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kAlgorithms] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d,
-                                                               plan->d, pref, 1, &result, &found);
+                                                               plan->d, pref, kAlgorithms, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+  if (status == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
+  if (plan->algos.empty()) {
     plan->reference = true;
     if (ctx.warn)
       ctx.warn(cat(what, ": cuBLASLt offers no algorithm (status ", static_cast<int>(status), ", ", found,
                    " results); using the reference GEMM kernel for this shape"));
-  } else {
-    plan->algo = result.algo;
   }
   return *cache_->plans.emplace(std::move(key), std::move(plan)).first->second;
 }
@@ -166,23 +175,29 @@ void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
     gemm_reference(ctx, c);
     return;
   }
-  if (c.bias)
-    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias),
-             describe(c));
-  const float beta = 0.0f;
-  const cublasStatus_t status = cublasLtMatmul(handle_, plan.desc, &c.alpha, c.a.ptr, plan.a, c.b.ptr, plan.b, &beta,
-                                               c.d, plan.d, c.d, plan.d, &plan.algo, workspace_, workspace_bytes_,
-                                               ctx.stream);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
-    // The heuristic's algorithm refused the call after all: this shape goes to our kernel.
-    plan.reference = true;
-    if (ctx.warn)
-      ctx.warn(cat(describe(c), ": cublasLtMatmul refused the heuristic's algorithm (", cublasGetStatusName(status),
-                   "); using the reference GEMM kernel for this shape"));
-    gemm_reference(ctx, c);
-    return;
+  if (c.bias) {
+    const cublasStatus_t set =
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof c.bias);
+    if (set != CUBLAS_STATUS_SUCCESS) check_lt(set, describe(c) + " (bias pointer)");
   }
-  check_lt(status, describe(c));
+  const float beta = 0.0f;
+  while (true) {
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, plan.desc, &c.alpha, c.a.ptr, plan.a, c.b.ptr, plan.b, &beta, c.d, plan.d, c.d,
+                       plan.d, &plan.algos[plan.next], workspace_, workspace_bytes_, ctx.stream);
+    if (status == CUBLAS_STATUS_SUCCESS) break;
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE) check_lt(status, describe(c));
+    // The heuristic's algorithm refused the call after all: the next one, or our kernel.
+    if (ctx.warn)
+      ctx.warn(cat(describe(c), ": cublasLtMatmul refused heuristic algorithm ", plan.next, " of ", plan.algos.size(),
+                   " (", cublasGetStatusName(status), ")",
+                   plan.next + 1 < plan.algos.size() ? "; trying the next" : "; using the reference GEMM kernel"));
+    if (++plan.next >= plan.algos.size()) {
+      plan.reference = true;
+      gemm_reference(ctx, c);
+      return;
+    }
+  }
   ctx.launched(c.op);
 }
 

@@ -40,6 +40,15 @@ void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, c
 // y = x / max(||x||, 1e-12) * sqrt(cols) * gamma
 void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
                    DType y_dtype, int64_t rows, int64_t cols);
+// x (f32) += gate * y, then out = LN(x) * (1 + scale) + shift; gate, shift, scale [cols] of mod_dtype.
+void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void* gate, const void* y, DType y_dtype,
+                                   const void* shift, const void* scale, DType mod_dtype, void* out, DType out_dtype,
+                                   int64_t rows, int64_t cols, float eps);
+// Per (token, head) of proj [tokens, H, Dh]: RMSNorm with weight [Dh], then interleaved RoPE with
+// cos, sin f32 [tokens, Dh/2]; out [tokens, H, Dh] (a row block of the joint Q or K).
+void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, const void* weight, DType w_dtype,
+                   const float* cos, const float* sin, void* out, DType out_dtype, int64_t tokens, int64_t H,
+                   int64_t Dh, float eps);
 // out (f32) = (neg + s (cond - neg)) * ||cond_r|| / ||comb_r|| per row
 void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,
                  int64_t cols, float scale);

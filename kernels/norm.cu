@@ -1,5 +1,6 @@
 // Row normalisations (one warp per row, any width): RMSNorm, LayerNorm + modulation, the
-// Wan-VAE L2 norm, and the CFG combine with its per-row norm rescale. Sums are fp32 per lane
+// Wan-VAE L2 norm, the fused residual add + LayerNorm, the fused per-head RMSNorm + RoPE,
+// and the CFG combine with its per-row norm rescale. Sums are fp32 per lane
 // then a butterfly across the warp (every lane ends with the same value); LayerNorm is
 // two-pass (mean, then centred squares): the residual stream reaches ~1e7.
 #include <cmath>
@@ -31,14 +32,12 @@ __global__ void rms_norm_kernel(const TX* __restrict__ x, const TW* __restrict__
   for (int c = lane; c < cols; c += 32) yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(to_f(xr[c]), inv_rms), to_f(weight[c])));
 }
 
+// One row by one warp: LayerNorm without affine (two passes: mean, then centred squares),
+// then y = normed * (1 + scale) + shift.
 template <typename TX, typename TS, typename TY>
-__global__ void layer_norm_modulate_kernel(const TX* __restrict__ x, const TS* __restrict__ shift,
-                                           const TS* __restrict__ scale, TY* __restrict__ y, int64_t rows, int cols,
-                                           float eps) {
-  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const TX* xr = x + row * cols;
+__device__ __forceinline__ void layer_norm_modulate_row(const TX* xr, const TS* __restrict__ shift,
+                                                        const TS* __restrict__ scale, TY* __restrict__ yr, int cols,
+                                                        float eps, int lane) {
   float sum = 0.0f;
   for (int c = lane; c < cols; c += 32) sum += to_f(xr[c]);
   const float mean = warp_sum(sum) / static_cast<float>(cols);
@@ -50,11 +49,19 @@ __global__ void layer_norm_modulate_kernel(const TX* __restrict__ x, const TS* _
   const float variance = warp_sum(sum_sq) / static_cast<float>(cols);
   const float rstd = 1.0f / sqrtf(variance + eps);
   const float bias = -rstd * mean;  // torch: y = x * rstd + (-rstd * mean)
-  TY* yr = y + row * cols;
   for (int c = lane; c < cols; c += 32) {
     const float normed = __fadd_rn(__fmul_rn(to_f(xr[c]), rstd), bias);
     yr[c] = from_f<TY>(__fadd_rn(__fmul_rn(normed, __fadd_rn(1.0f, to_f(scale[c]))), to_f(shift[c])));
   }
+}
+
+template <typename TX, typename TS, typename TY>
+__global__ void layer_norm_modulate_kernel(const TX* __restrict__ x, const TS* __restrict__ shift,
+                                           const TS* __restrict__ scale, TY* __restrict__ y, int64_t rows, int cols,
+                                           float eps) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (row >= rows) return;
+  layer_norm_modulate_row(x + row * cols, shift, scale, y + row * cols, cols, eps, threadIdx.x % 32);
 }
 
 template <typename TX, typename TG, typename TY>
@@ -73,6 +80,53 @@ __global__ void l2_norm_scale_kernel(const TX* __restrict__ x, const TG* __restr
   TY* yr = y + row * cols;
   for (int c = lane; c < cols; c += 32)
     yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(__fdiv_rn(to_f(xr[c]), norm), sqrt_cols), to_f(gamma[c])));
+}
+
+// x += gate * y (x f32, the residual stream; as gated_add_kernel), then out = LN(x) * (1 +
+// scale) + shift: the residual add and the next LayerNorm in one kernel. Each lane re-reads
+// only what it wrote.
+template <typename TM, typename TY, typename TO>
+__global__ void gated_add_layer_norm_modulate_kernel(float* __restrict__ x, const TM* __restrict__ gate,
+                                                     const TY* __restrict__ y, const TM* __restrict__ shift,
+                                                     const TM* __restrict__ scale, TO* __restrict__ out,
+                                                     int64_t rows, int cols, float eps) {
+  const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  float* xr = x + row * cols;
+  const TY* yr = y + row * cols;
+  for (int c = lane; c < cols; c += 32) xr[c] = __fadd_rn(xr[c], __fmul_rn(to_f(gate[c]), to_f(yr[c])));
+  layer_norm_modulate_row(static_cast<const float*>(xr), shift, scale, out + row * cols, cols, eps, lane);
+}
+
+// One warp per (token, head): RMSNorm over the head's Dh values with gain w, rounded to the
+// output dtype (as rms_norm's output would be), then the interleaved-pair rotation of
+// rope_kernel, written to out row (token, head) of a [tokens, H * Dh] block.
+template <typename TP, typename TW, typename TO>
+__global__ void rms_norm_rope_kernel(const TP* __restrict__ proj, const TW* __restrict__ weight,
+                                     const float* __restrict__ cos_table, const float* __restrict__ sin_table,
+                                     TO* __restrict__ out, int64_t head_rows, int64_t H, int half, float eps) {
+  const int64_t hr = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (hr >= head_rows) return;
+  const int64_t token = hr / H;
+  const int Dh = 2 * half;
+  const TP* xr = proj + hr * Dh;
+  float sum_sq = 0.0f;
+  for (int c = lane; c < Dh; c += 32) {
+    const float v = to_f(xr[c]);
+    sum_sq += v * v;
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(Dh) + eps);
+  TO* orow = out + hr * Dh;
+  for (int m = lane; m < half; m += 32) {
+    const float a = to_f(from_f<TO>(__fmul_rn(__fmul_rn(to_f(xr[2 * m]), inv_rms), to_f(weight[2 * m]))));
+    const float b = to_f(from_f<TO>(__fmul_rn(__fmul_rn(to_f(xr[2 * m + 1]), inv_rms), to_f(weight[2 * m + 1]))));
+    const float c = cos_table[token * half + m], s = sin_table[token * half + m];
+    orow[2 * m] = from_f<TO>(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+    orow[2 * m + 1] = from_f<TO>(__fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+  }
 }
 
 // Sums in double: the rescale ratio multiplies every element of the row.
@@ -170,6 +224,50 @@ void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const v
     });
   });
   ctx.launched("l2_norm_scale");
+}
+
+void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void* gate, const void* y, DType y_dtype,
+                                   const void* shift, const void* scale, DType mod_dtype, void* out, DType out_dtype,
+                                   int64_t rows, int64_t cols, float eps) {
+  const char* op = "gated_add_layer_norm_modulate_";
+  check_rows(op, rows, cols);
+  if (rows == 0) return;
+  dispatch_float(mod_dtype, op, "gate, shift and scale", [&](auto a) {
+    using TM = decltype(a);
+    dispatch_float(y_dtype, op, "y", [&](auto b) {
+      using TY = decltype(b);
+      dispatch_float(out_dtype, op, "out", [&](auto c) {
+        using TO = decltype(c);
+        gated_add_layer_norm_modulate_kernel<TM, TY, TO><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+            x, static_cast<const TM*>(gate), static_cast<const TY*>(y), static_cast<const TM*>(shift),
+            static_cast<const TM*>(scale), static_cast<TO*>(out), rows, static_cast<int>(cols), eps);
+      });
+    });
+  });
+  ctx.launched(op);
+}
+
+void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, const void* weight, DType w_dtype,
+                   const float* cos, const float* sin, void* out, DType out_dtype, int64_t tokens, int64_t H,
+                   int64_t Dh, float eps) {
+  const char* op = "rms_norm_rope_into_";
+  if (tokens < 0 || H <= 0 || Dh <= 0 || Dh % 2 != 0 || Dh > 4096)
+    fail(cat(op, ": tokens ", tokens, " H ", H, " Dh ", Dh, " (Dh must be even)"));
+  const int64_t head_rows = tokens * H;
+  if (head_rows == 0) return;
+  dispatch_float(proj_dtype, op, "proj", [&](auto a) {
+    using TP = decltype(a);
+    dispatch_float(w_dtype, op, "weight", [&](auto b) {
+      using TW = decltype(b);
+      dispatch_float(out_dtype, op, "dst", [&](auto c) {
+        using TO = decltype(c);
+        rms_norm_rope_kernel<TP, TW, TO><<<grid_for_rows(head_rows), kThreads, 0, ctx.stream>>>(
+            static_cast<const TP*>(proj), static_cast<const TW*>(weight), cos, sin, static_cast<TO*>(out), head_rows,
+            H, static_cast<int>(Dh / 2), eps);
+      });
+    });
+  });
+  ctx.launched(op);
 }
 
 void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,

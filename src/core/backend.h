@@ -91,6 +91,23 @@ class Backend {
   virtual Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) = 0;
   // Euler step of the flow-matching scheduler: x = x + dt * v.
   virtual void euler_step_(Tensor& x, const Tensor& v, float dt) = 0;
+
+  // ---- fused ops ----
+  // Each has a default here, written with the ops above: a backend overrides one only to do
+  // the same work in fewer passes over memory. The defaults are the reference for the tests.
+
+  // gelu_tanh(x w^T + bias) (the MLP's up projection; cuBLASLt's GELU_BIAS epilogue).
+  virtual Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias);
+  // dst rows [row, row + x.rows) = x w^T + bias, in dst's dtype (V straight into the joint V).
+  virtual void linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias);
+  // Per-head RMSNorm (gain weight [Dh]) then interleaved RoPE (cos, sin [tokens, Dh/2]) of
+  // proj [tokens, H * Dh], written to dst rows [row, row + tokens): the joint Q and K.
+  virtual void rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
+                                   const Tensor& cos, const Tensor& sin, float eps);
+  // x += gate * y, then returns layer_norm_modulate(x, shift, scale, eps): the residual add
+  // and the next LayerNorm in one pass over the residual stream.
+  virtual Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
+                                                const Tensor& scale, float eps);
 };
 
 }  // namespace ditbatch

@@ -191,60 +191,61 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
   Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text, w_.txt_norm, c.eps), DType::F32);  // [L, D]
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
 
-  // Per-head RMSNorm then RoPE: [tokens, D] -> [tokens, H, Dh]
-  auto qk = [&](const Tensor& proj, const Tensor& norm_weight, const Tensor& cos, const Tensor& sin) {
-    const int64_t tokens = proj.dim(0);
-    Tensor normed = be_.rms_norm(proj.view({tokens * H, Dh}), norm_weight, c.eps).view({tokens, H, Dh});
-    be_.rope_interleaved_(normed, cos, sin);
-    return normed;
-  };
+  const size_t n_blocks = w_.blocks.size();
+  auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
+  // Each block's first LayerNorm + modulation; for blocks after the first it is fused with
+  // the previous block's last residual add (gated_add_layer_norm_modulate_).
+  Tensor xm = be_.layer_norm_modulate(x, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps);         // [S, D]
+  Tensor cm = be_.layer_norm_modulate(c_stream, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps);  // [L, D]
+  Tensor final_in;  // LN(x) modulated by norm_out, made by the last block's fused add
 
-  for (size_t i = 0; i < w_.blocks.size(); ++i) {
+  for (size_t i = 0; i < n_blocks; ++i) {
     const Block& blk = w_.blocks[i];
     const Tensor& im = cond.img_mod[i];  // [6, D]
     const Tensor& tm = cond.txt_mod[i];
-    auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
 
-    // ---- joint attention, text first ----
-    Tensor xm = be_.layer_norm_modulate(x, chunk(im, 0), chunk(im, 1), c.eps);         // [S, D]
-    Tensor cm = be_.layer_norm_modulate(c_stream, chunk(tm, 0), chunk(tm, 1), c.eps);  // [L, D]
-    Tensor q_img = qk(blk.to_q(be_, xm), blk.norm_q, img_cos, img_sin);                // [S, H, Dh]
-    Tensor k_img = qk(blk.to_k(be_, xm), blk.norm_k, img_cos, img_sin);
-    Tensor v_img = blk.to_v(be_, xm);                                                  // [S, D]
-    Tensor q_txt = qk(blk.add_q_proj(be_, cm), blk.norm_added_q, txt_cos, txt_sin);    // [L, H, Dh]
-    Tensor k_txt = qk(blk.add_k_proj(be_, cm), blk.norm_added_k, txt_cos, txt_sin);
-    Tensor v_txt = blk.add_v_proj(be_, cm);                                            // [L, D]
-
-    Tensor q = be_.empty({L + S, D}, be_.act_dtype());
-    be_.copy_rows_(q, 0, q_txt.view({L, D}));
-    be_.copy_rows_(q, L, q_img.view({S, D}));
+    // ---- joint attention, text first: per-head RMSNorm + RoPE written straight into the
+    // joint Q and K, V projected straight into the joint V ----
     // Masked (padding) text keys are left out: softmax over the rest is the masked softmax.
-    Tensor k = be_.empty({text_valid + S, D}, be_.act_dtype());
+    const Tensor cm_valid = cm.slice0(0, text_valid);                                  // [Lv, D]
+    const Tensor txt_cos_valid = txt_cos.slice0(0, text_valid), txt_sin_valid = txt_sin.slice0(0, text_valid);
+    Tensor q = be_.empty({L + S, D}, be_.act_dtype());                                 // [L + S, D]
+    Tensor k = be_.empty({text_valid + S, D}, be_.act_dtype());                        // [Lv + S, D]
     Tensor v = be_.empty({text_valid + S, D}, be_.act_dtype());
-    be_.copy_rows_(k, 0, k_txt.view({L, D}).slice0(0, text_valid));
-    be_.copy_rows_(k, text_valid, k_img.view({S, D}));
-    be_.copy_rows_(v, 0, v_txt.slice0(0, text_valid));
-    be_.copy_rows_(v, text_valid, v_img);
+    be_.rms_norm_rope_into_(q, 0, blk.add_q_proj(be_, cm), blk.norm_added_q, txt_cos, txt_sin, c.eps);
+    be_.rms_norm_rope_into_(q, L, blk.to_q(be_, xm), blk.norm_q, img_cos, img_sin, c.eps);
+    be_.rms_norm_rope_into_(k, 0, blk.add_k_proj(be_, cm_valid), blk.norm_added_k, txt_cos_valid, txt_sin_valid,
+                            c.eps);
+    be_.rms_norm_rope_into_(k, text_valid, blk.to_k(be_, xm), blk.norm_k, img_cos, img_sin, c.eps);
+    blk.add_v_proj.into(be_, v, 0, cm_valid);
+    blk.to_v.into(be_, v, text_valid, xm);
     Tensor o = be_.attention(q.view({L + S, H, Dh}), k.view({text_valid + S, H, Dh}),
                              v.view({text_valid + S, H, Dh}), scale, false)
                    .view({L + S, D});
     Tensor attn_txt = blk.to_add_out(be_, o.slice0(0, L), DType::F32);   // [L, D]
     Tensor attn_img = blk.to_out(be_, o.slice0(L, L + S), DType::F32);   // [S, D]
-    be_.gated_add_(x, chunk(im, 2), attn_img);
-    be_.gated_add_(c_stream, chunk(tm, 2), attn_txt);
 
     // ---- feed-forward (tanh-GELU), each stream with its own weights ----
-    Tensor x_ff = be_.layer_norm_modulate(x, chunk(im, 3), chunk(im, 4), c.eps);
-    be_.gated_add_(x, chunk(im, 5), blk.img_mlp_out(be_, be_.gelu_tanh(blk.img_mlp_in(be_, x_ff)), DType::F32));
-    Tensor c_ff = be_.layer_norm_modulate(c_stream, chunk(tm, 3), chunk(tm, 4), c.eps);
-    be_.gated_add_(c_stream, chunk(tm, 5),
-                   blk.txt_mlp_out(be_, be_.gelu_tanh(blk.txt_mlp_in(be_, c_ff)), DType::F32));
+    Tensor x_ff = be_.gated_add_layer_norm_modulate_(x, chunk(im, 2), attn_img, chunk(im, 3), chunk(im, 4), c.eps);
+    Tensor c_ff =
+        be_.gated_add_layer_norm_modulate_(c_stream, chunk(tm, 2), attn_txt, chunk(tm, 3), chunk(tm, 4), c.eps);
+    Tensor img_ff = blk.img_mlp_out(be_, blk.img_mlp_in.gelu(be_, x_ff), DType::F32);  // [S, D]
+    Tensor txt_ff = blk.txt_mlp_out(be_, blk.txt_mlp_in.gelu(be_, c_ff), DType::F32);  // [L, D]
+    if (i + 1 < n_blocks) {
+      const Tensor& next_im = cond.img_mod[i + 1];
+      const Tensor& next_tm = cond.txt_mod[i + 1];
+      xm = be_.gated_add_layer_norm_modulate_(x, chunk(im, 5), img_ff, chunk(next_im, 0), chunk(next_im, 1), c.eps);
+      cm = be_.gated_add_layer_norm_modulate_(c_stream, chunk(tm, 5), txt_ff, chunk(next_tm, 0), chunk(next_tm, 1),
+                                              c.eps);
+    } else {
+      // norm_out: AdaLayerNormContinuous with scale as the FIRST chunk.
+      final_in = be_.gated_add_layer_norm_modulate_(x, chunk(im, 5), img_ff, cond.norm_out.slice0(1, 2).view({D}),
+                                                    cond.norm_out.slice0(0, 1).view({D}), c.eps);
+      be_.gated_add_(c_stream, chunk(tm, 5), txt_ff);  // only the hook still looks at the text stream
+    }
     if (hook) hook(static_cast<int64_t>(i), c_stream, x);
   }
-  // norm_out: AdaLayerNormContinuous with scale as the FIRST chunk, then proj_out.
-  Tensor final_scale = cond.norm_out.slice0(0, 1).view({D});
-  Tensor final_shift = cond.norm_out.slice0(1, 2).view({D});
-  return w_.proj_out(be_, be_.layer_norm_modulate(x, final_shift, final_scale, c.eps), DType::F32);  // [S, 64]
+  return w_.proj_out(be_, final_in, DType::F32);  // [S, 64]
 }
 
 double QwenImageTransformer::forward_flops(const TransformerConfig& c, int64_t S, int64_t L) {

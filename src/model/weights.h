@@ -80,6 +80,10 @@ struct Linear {
   Tensor operator()(Backend& be, const Tensor& x, DType out) const {
     return be.linear(x, weight, bias.defined() ? &bias : nullptr, out);
   }
+  // gelu_tanh(x W^T + b) in one op (the fused ops need the bias: every such layer has one).
+  Tensor gelu(Backend& be, const Tensor& x) const { return be.linear_gelu(x, weight, bias); }
+  // dst rows [row, row + x.rows) = x W^T + b.
+  void into(Backend& be, Tensor& dst, int64_t row, const Tensor& x) const { be.linear_into_(dst, row, x, weight, bias); }
 };
 
 // Binds "<name>.weight" [out, in] and, if with_bias, "<name>.bias" [out]; uploads both.

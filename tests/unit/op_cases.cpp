@@ -173,6 +173,117 @@ OpCase rope_case(bool interleaved, int64_t L, int64_t H, int64_t Dh, uint32_t se
   return c;
 }
 
+// The fused ops (Backend's defaults on the CPU, one pass on a GPU), each against float64.
+
+double gelu_tanh_f64(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+OpCase linear_gelu_case(int64_t M, int64_t K, int64_t N, uint32_t seed) {
+  OpCase c = linear_case(M, K, N, true, seed);
+  c.name = fmt::format("linear_gelu_M{}_K{}_N{}", M, K, N);
+  c.run = [](Backend& be, std::vector<Tensor>& in) { return be.linear_gelu(in[0], in[1], in[2]); };
+  auto linear_ref = c.reference;
+  c.reference = [linear_ref](const std::vector<Tensor>& in) {
+    std::vector<double> y = linear_ref(in);
+    for (double& v : y) v = gelu_tanh_f64(v);
+    return y;
+  };
+  return c;
+}
+
+// Rows [row, row + M) of a random dst [M + 5, N]; the other rows must keep their values.
+OpCase linear_into_case(int64_t M, int64_t K, int64_t N, int64_t row, uint32_t seed) {
+  OpCase c = linear_case(M, K, N, true, seed);
+  c.name = fmt::format("linear_into_M{}_K{}_N{}_row{}", M, K, N, row);
+  c.inputs.push_back({random_tensor({M + 5, N}, seed + 3, 7.0f), InputKind::Activation});
+  c.run = [row](Backend& be, std::vector<Tensor>& in) {
+    be.linear_into_(in[3], row, in[0], in[1], in[2]);
+    return in[3];
+  };
+  auto linear_ref = c.reference;
+  c.reference = [linear_ref, M, N, row](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>((M + 5) * N));
+    for (int64_t i = 0; i < (M + 5) * N; ++i) y[static_cast<size_t>(i)] = at(in[3], i);
+    const std::vector<double> lin = linear_ref(in);
+    std::copy(lin.begin(), lin.end(), y.begin() + row * N);
+    return y;
+  };
+  return c;
+}
+
+// proj [T, H * Dh] normalised per head, rotated, into rows [row, row + T) of a random dst.
+OpCase rms_norm_rope_into_case(int64_t T, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("rms_norm_rope_into_T{}_H{}_D{}_row{}", T, H, Dh, row);
+  c.nmse_bound = 1e-12;
+  const int64_t half = Dh / 2, D = H * Dh, rows = T + row + 3;
+  std::vector<float> angles = random_floats(static_cast<size_t>(T * half), seed + 1, 50.0f);
+  std::vector<float> cs(angles.size()), sn(angles.size());
+  for (size_t i = 0; i < angles.size(); ++i) cs[i] = std::cos(angles[i]), sn[i] = std::sin(angles[i]);
+  c.inputs = {{random_tensor({rows, D}, seed + 2, 5.0f), InputKind::Activation},
+              {random_tensor({T, D}, seed + 3, 30.0f), InputKind::Activation},
+              {random_tensor({Dh}, seed + 4), InputKind::Weight},
+              {Tensor::host_f32({T, half}, cs), InputKind::Fp32},
+              {Tensor::host_f32({T, half}, sn), InputKind::Fp32}};
+  c.run = [row](Backend& be, std::vector<Tensor>& in) {
+    be.rms_norm_rope_into_(in[0], row, in[1], in[2], in[3], in[4], 1e-6f);
+    return in[0];
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(rows * D)), n(static_cast<size_t>(Dh));
+    for (int64_t i = 0; i < rows * D; ++i) y[static_cast<size_t>(i)] = at(in[0], i);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t base = t * D + h * Dh;
+        double ss = 0;
+        for (int64_t d = 0; d < Dh; ++d) ss += at(in[1], base + d) * at(in[1], base + d);
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(Dh) + 1e-6);
+        for (int64_t d = 0; d < Dh; ++d) n[static_cast<size_t>(d)] = at(in[1], base + d) * inv * at(in[2], d);
+        double* out = y.data() + (row + t) * D + h * Dh;
+        for (int64_t m = 0; m < half; ++m) {
+          const double a = n[static_cast<size_t>(2 * m)], b = n[static_cast<size_t>(2 * m + 1)];
+          const double co = at(in[3], t * half + m), si = at(in[4], t * half + m);
+          out[2 * m] = a * co - b * si;
+          out[2 * m + 1] = a * si + b * co;
+        }
+      }
+    return y;
+  };
+  return c;
+}
+
+// x += gate * y then LN(x) * (1 + scale) + shift; the case checks either the returned LN output
+// or the updated residual x. x is large (the residual stream reaches ~1e7 in Qwen-Image).
+OpCase gated_add_ln_case(bool check_x, int64_t R, int64_t C, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("gated_add_layer_norm_modulate_{}_R{}_C{}", check_x ? "x" : "out", R, C);
+  c.nmse_bound = 1e-12;
+  c.inputs = {{random_tensor({R, C}, seed, 1000.0f), InputKind::Fp32},
+              {random_tensor({C}, seed + 1), InputKind::Fp32},
+              {random_tensor({R, C}, seed + 2, 50.0f), InputKind::Fp32},
+              {random_tensor({C}, seed + 3), InputKind::Fp32},
+              {random_tensor({C}, seed + 4), InputKind::Fp32}};
+  c.run = [check_x](Backend& be, std::vector<Tensor>& in) {
+    Tensor out = be.gated_add_layer_norm_modulate_(in[0], in[1], in[2], in[3], in[4], 1e-6f);
+    return check_x ? in[0] : out;
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> x(static_cast<size_t>(R * C)), y(x.size());
+    for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] = at(in[0], i) + at(in[1], i % C) * at(in[2], i);
+    if (check_x) return x;
+    for (int64_t r = 0; r < R; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t k = 0; k < C; ++k) mean += x[static_cast<size_t>(r * C + k)];
+      mean /= static_cast<double>(C);
+      for (int64_t k = 0; k < C; ++k) var += (x[static_cast<size_t>(r * C + k)] - mean) * (x[static_cast<size_t>(r * C + k)] - mean);
+      const double rstd = 1.0 / std::sqrt(var / static_cast<double>(C) + 1e-6);
+      for (int64_t k = 0; k < C; ++k)
+        y[static_cast<size_t>(r * C + k)] = (x[static_cast<size_t>(r * C + k)] - mean) * rstd * (1.0 + at(in[4], k)) + at(in[3], k);
+    }
+    return y;
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c) {
@@ -368,6 +479,15 @@ std::vector<OpCase> all_op_cases() {
     };
     cases.push_back(c);
   }
+  cases.push_back(linear_gelu_case(37, 70, 19, 40));
+  cases.push_back(linear_gelu_case(64, 96, 256, 41));
+  cases.push_back(linear_into_case(37, 70, 24, 3, 42));
+  cases.push_back(linear_into_case(8, 16, 64, 0, 43));
+  cases.push_back(rms_norm_rope_into_case(11, 3, 16, 4, 44));
+  cases.push_back(rms_norm_rope_into_case(9, 2, 128, 0, 45));  // the DiT's head dim
+  cases.push_back(gated_add_ln_case(false, 33, 48, 46));
+  cases.push_back(gated_add_ln_case(true, 33, 48, 46));
+  cases.push_back(gated_add_ln_case(false, 5, 3072, 47));  // the DiT's width: 96 columns per lane
   return cases;
 }
 

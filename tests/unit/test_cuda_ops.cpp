@@ -296,6 +296,67 @@ TEST(CudaAttentionLarge, ChunkedGemmPathAgreesWithFlashKernel) {
   EXPECT_LE(err, 1e-4);
 }
 
+// ---- convolution: both paths at the VAE's channel counts ------------------------------------
+
+namespace {
+struct ConvCase {
+  const char* name;
+  int64_t H, W, Cin, Cout;
+};
+const ConvCase kConvCases[] = {
+    {"small", 16, 9, 16, 8},
+    {"vae_conv_in", 24, 20, 16, 384},  // z 16 -> 384 at the latent resolution
+    {"vae_96", 64, 48, 96, 96},         // the last up block's width
+    {"vae_conv_out", 20, 12, 96, 3},    // 3 output channels: im2col even when cuDNN is asked for
+};
+}  // namespace
+
+class CudaConv : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(CudaConv, EveryPathMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const ConvCase& c = kConvCases[std::get<0>(GetParam())];
+  const auto path = static_cast<CudaConvPath>(std::get<1>(GetParam()));
+  SCOPED_TRACE(c.name);
+  auto be = make_backend(DType::BF16);
+  be->set_conv_path(path);
+  Tensor x = round_bf16(test::random_tensor({c.H, c.W, c.Cin}, 301, 3.0f));
+  Tensor w = round_bf16(test::random_tensor({c.Cout, 9 * c.Cin}, 302, 0.3f));
+  Tensor b = round_bf16(test::random_tensor({c.Cout}, 303));
+  const std::string before = be->stats().conv_status;
+  Tensor out = be->to_host_f32(be->conv2d_3x3(be->upload(x, DType::BF16), be->upload_weight(w), be->upload_weight(b)));
+  EXPECT_EQ(count_non_finite(out), 0) << "unwritten (poisoned) or non-finite elements";
+  CpuBackend cpu;
+  const double err = test::nmse(out, cpu.conv2d_3x3(x, w, b));
+  const CudaBackendStats st = be->stats();
+  const char* ran = st.conv_cudnn ? "cudnn" : "im2col";
+  metric(fmt::format("conv.{}.asked_{}.ran_{}.nmse_vs_cpu", c.name, path == CudaConvPath::Cudnn ? "cudnn" : "im2col",
+                     ran),
+         err);
+  EXPECT_LE(err, bound_vs_cpu(DType::BF16)) << "path " << ran;
+  if (path == CudaConvPath::Cudnn) {
+    if (c.Cin % 8 == 0 && c.Cout % 8 == 0 && before.rfind("available", 0) == 0) {
+      EXPECT_EQ(st.conv_cudnn, 1) << "cuDNN convolution was available but did not run: " << st.conv_status;
+    }
+    std::printf("[cuda-info] cuDNN convolution for %s: %s, ran %s\n", c.name, st.conv_status.c_str(), ran);
+  } else {
+    EXPECT_EQ(st.conv_im2col, 1);
+  }
+}
+
+namespace {
+std::string conv_test_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return std::string(kConvCases[std::get<0>(info.param)].name) + "_" +
+         (std::get<1>(info.param) == static_cast<int>(CudaConvPath::Cudnn) ? "cudnn" : "im2col");
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(PathsAndShapes, CudaConv,
+                         ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kConvCases))),
+                                            ::testing::Values(static_cast<int>(CudaConvPath::Cudnn),
+                                                              static_cast<int>(CudaConvPath::Im2col))),
+                         conv_test_name);
+
 // ---- GEMMs ----------------------------------------------------------------------------------
 
 TEST(CudaGemm, CublasLtMatchesCpuAndTheReferenceKernel) {

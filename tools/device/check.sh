@@ -8,7 +8,7 @@
 # Stages (each bounded by its own timeout; a failing stage does not stop the next):
 #   0. unpack the bundle, find cudart / cuBLAS / cuDNN / NVRTC on the machine, print versions
 #   1. the CUDA op tests against the CPU backend (poisoned allocations, FlashAttention's rule);
-#      cuDNN's attention in a process of its own
+#      cuDNN's attention and convolution in a process of their own
 #   2. the tiny golden models and pipeline on the GPU: latents NMSE and image PSNR vs diffusers
 #   3. ditbatch_cuda_bench: ceilings, GEMM shapes, attention paths, full-size models with
 #      random weights (forward, CFG step, text encoder, VAE, peak memory, 50-step image);
@@ -93,7 +93,7 @@ if want 0; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
   [[ -n $py ]] && timeout 60 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1
   timeout 60 "$work/bin/ditbatch_cuda_bench" --info 2>&1 | tee "$out/info.txt"
-  note "stage 0: $(grep -m1 -o 'cudart [0-9]*, driver [0-9]*, cuBLASLt [0-9]*, cuDNN [0-9]*' "$out/info.txt" || echo 'versions unknown'); $(grep -m1 '^cuDNN SDPA' "$out/info.txt" || echo 'SDPA status unknown')"
+  note "stage 0: $(grep -m1 -o 'cudart [0-9]*, driver [0-9]*, cuBLASLt [0-9]* (for CUDA [0-9]*), cuDNN [0-9]* (for CUDA [0-9]*)' "$out/info.txt" || echo 'versions unknown'); $(grep -m1 '^cuDNN SDPA' "$out/info.txt" || echo 'SDPA status unknown')"
 fi
 
 gtest_stage() {  # gtest_stage NAME FILTER TIMEOUT [ENV...]
@@ -118,15 +118,20 @@ gtest_stage() {  # gtest_stage NAME FILTER TIMEOUT [ENV...]
 # other tests or the benchmark down with it.
 if want 1; then
   echo "== stage 1a: CUDA op tests without cuDNN (allocations poisoned, launches synchronous) =="
-  gtest_stage op_tests '*CudaOps*:*CudaGemm*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash:*CudaAttentionLarge*' \
-    240 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm
-  echo "== stage 1b: cuDNN fused attention =="
-  gtest_stage cudnn_tests '*CudaAttention.*_cudnn:*CudaOps*bf16_attention*' 120 DITBATCH_CUDA_POISON=1
+  gtest_stage op_tests '*CudaOps*:*CudaGemm*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash:*CudaAttentionLarge*:*CudaConv.*_im2col' \
+    240 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col
+  echo "== stage 1b: cuDNN fused attention and convolution =="
+  # cuDNN's own warnings name what a refused engine lacked (e.g. NVRTC not loadable).
+  gtest_stage cudnn_tests '*CudaAttention.*_cudnn:*CudaOps*bf16_attention*:*CudaConv.*_cudnn:*CudaOps*bf16_conv*' 120 \
+    DITBATCH_CUDA_POISON=1 \
+    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings.log"
+  [[ -s $out/cudnn_warnings.log ]] && { echo "cuDNN warnings (first lines; all in cudnn_warnings.log):"; head -c 3000 "$out/cudnn_warnings.log"; echo; }
 fi
 if want 2; then
   echo "== stage 2: tiny golden models and pipeline on the GPU =="
-  gtest_stage golden_tests '*CudaGolden*' 180 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm
-  gtest_stage golden_cudnn_tests '*CudaGolden*bf16' 120 DITBATCH_CUDA_POISON=1
+  gtest_stage golden_tests '*CudaGolden*' 180 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col
+  gtest_stage golden_cudnn_tests '*CudaGolden*bf16' 120 DITBATCH_CUDA_POISON=1 \
+    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings_golden.log"
   grep -h 'golden' "$out/metrics.txt" 2>/dev/null | sed 's/^\[cuda-metric\] /  /'
 fi
 if want 3; then
@@ -137,7 +142,7 @@ if want 3; then
   note "bench: rc $rc$([[ $rc == 124 ]] && echo ' (TIMED OUT)')"
   if [[ $rc != 0 && $(elapsed) -lt 330 ]]; then
     echo "== stage 3, again: the models without cuDNN =="
-    DITBATCH_CUDA_ATTENTION=gemm timeout 200 "$work/bin/ditbatch_cuda_bench" --models-only ${BENCH_ARGS:-} > "$out/bench-gemm.log" 2>&1
+    DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col timeout 200 "$work/bin/ditbatch_cuda_bench" --models-only ${BENCH_ARGS:-} > "$out/bench-gemm.log" 2>&1
     rc=$?
     tail -30 "$out/bench-gemm.log"
     note "bench without cuDNN: rc $rc"

@@ -234,8 +234,21 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     std::vector<double> t;
     for (int i = 0; i < std::max(1, reps / 2); ++i) t.push_back(be.time_ms([&] { vae.decode(z); }));
     vae_ms = median(t);
+    const CudaBackendStats after = be.stats();
     report(fmt::format("VAE decode {}^2", opt.size), fmt::format("{:.1f} ms", vae_ms),
-           fmt::format("{:.0f} M parameters", static_cast<double>(vae_weights.parameters) / 1e6));
+           fmt::format("{:.0f} M parameters; convolutions: {} cuDNN, {} im2col (cuDNN {})",
+                       static_cast<double>(vae_weights.parameters) / 1e6, after.conv_cudnn, after.conv_im2col,
+                       after.conv_status));
+    if (after.conv_cudnn > 0) {  // the same decode on the im2col path: what cuDNN's convolution buys
+      const CudaConvPath path = be.options().conv;
+      be.set_conv_path(CudaConvPath::Im2col);
+      be.to_host_f32(vae.decode(z));
+      t.clear();
+      for (int i = 0; i < std::max(1, reps / 2); ++i) t.push_back(be.time_ms([&] { vae.decode(z); }));
+      report(fmt::format("VAE decode {}^2, im2col + cuBLASLt", opt.size), fmt::format("{:.1f} ms", median(t)),
+             fmt::format("{:.2f}x the cuDNN time", median(t) / vae_ms));
+      be.set_conv_path(path);
+    }
   }
   const CudaBackendStats end = be.stats();
   report("peak GPU memory (all models loaded)", fmt::format("{:.1f} GiB", gib(end.peak_bytes_reserved)),

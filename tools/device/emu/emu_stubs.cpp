@@ -1,10 +1,11 @@
 // What the CPU emulation (tools/device/emulate.sh) puts in place of the parts that need the
 // real libraries: every GEMM through the reference kernel (gemm_reference.cu, emulated like
-// every other kernel), cuDNN SDPA absent, one emulated device.
+// every other kernel), cuDNN (SDPA and convolution) absent, one emulated device.
 #include <set>
 #include <string>
 
 #include "attention_cudnn.h"
+#include "conv_cudnn.h"
 #include "cuda_check.h"
 #include "cuda_device.h"
 #include "gemm.h"
@@ -51,8 +52,27 @@ CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, c
   return Result::Failed;
 }
 void CudnnSdpa::disable(const std::string&) {}
+void CudnnSdpa::release() {}
 bool CudnnSdpa::disabled() const { return true; }
 std::string CudnnSdpa::status() const { return "disabled: CPU emulation has no cuDNN"; }
+
+struct CudnnConv::Impl {};
+CudnnConv::CudnnConv() : impl_(std::make_unique<Impl>()) {}
+CudnnConv::~CudnnConv() = default;
+bool CudnnConv::eligible(const void*, const void*, const void*, const void*, DType, const ConvShape&,
+                         std::string* why) const {
+  if (why) *why = "CPU emulation: no cuDNN";
+  return false;
+}
+CudnnConv::Result CudnnConv::run(const CudaContext&, const void*, const void*, const void*, void*, DType,
+                                 const ConvShape&, std::string* error) {
+  if (error) *error = "CPU emulation: no cuDNN";
+  return Result::Failed;
+}
+void CudnnConv::disable(const std::string&) {}
+void CudnnConv::release() {}
+bool CudnnConv::disabled() const { return true; }
+std::string CudnnConv::status() const { return "disabled: CPU emulation has no cuDNN"; }
 
 }  // namespace cuda
 }  // namespace ditbatch

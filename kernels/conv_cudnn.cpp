@@ -1,0 +1,56 @@
+#include "conv_cudnn.h"
+
+#include "cuda_check.h"
+#include "cudnn_graph.h"
+
+namespace ditbatch::cuda {
+
+struct CudnnConv::Impl : cudnn::PlanCache {
+  using PlanCache::PlanCache;
+};
+
+CudnnConv::CudnnConv() : impl_(std::make_unique<Impl>(cudnn::unusable_reason(kMinVersion, "the convolution graph"))) {}
+CudnnConv::~CudnnConv() = default;
+void CudnnConv::release() { impl_->release(); }
+void CudnnConv::disable(const std::string& why) { impl_->disable(why); }
+bool CudnnConv::disabled() const { return impl_->disabled(); }
+std::string CudnnConv::status() const { return impl_->status(); }
+
+bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const void* y, DType dtype,
+                         const ConvShape& s, std::string* why) const {
+  auto no = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  if (disabled()) return no("cuDNN convolution is " + status());
+  if (dtype != DType::BF16) return no(cat("dtype ", dtype_name(dtype), " (the cuDNN path is for bf16)"));
+  // 16-byte vectors of channels: the tensor-core engines need them (the VAE's conv_out, 3
+  // channels, stays on im2col).
+  if (s.Cin % 8 != 0 || s.Cout % 8 != 0) return no(cat("channels ", s.Cin, " -> ", s.Cout, " (multiples of 8)"));
+  for (const void* p : {x, w, bias, y})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return no("a tensor is not 16-byte aligned");
+  return true;
+}
+
+CudnnConv::Result CudnnConv::run(const CudaContext& ctx, const void* x, const void* w, const void* bias, void* y,
+                                 DType dtype, const ConvShape& s, std::string* error) {
+  try {
+    const cudnnHandle_t handle = impl_->handle(ctx.stream);
+    bool fresh = false;
+    const cudnn::Plan& plan = impl_->plan(
+        {s.H, s.W, s.Cin, s.Cout}, [&] { return cudnn::conv3x3_bias_graph(s.H, s.W, s.Cin, s.Cout, dtype); }, &fresh);
+    DeviceBlock workspace;
+    if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), "conv2d_3x3 (cuDNN workspace)");
+    cudnn::execute(handle, plan, {cudnn::kConvX, cudnn::kConvW, cudnn::kConvBias, cudnn::kConvY},
+                   {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(bias), y}, workspace.get());
+    check_launch("conv2d_3x3 (cuDNN)", ctx.stream, ctx.sync_each_op);
+    return fresh ? Result::RanNewPlan : Result::Ran;
+  } catch (const std::exception& e) {
+    if (error)
+      *error = cat("cuDNN convolution (", s.H, "x", s.W, ", ", s.Cin, " -> ", s.Cout, ", cuDNN ", cudnnGetVersion(),
+                   "): ", e.what());
+    return Result::Failed;
+  }
+}
+
+}  // namespace ditbatch::cuda

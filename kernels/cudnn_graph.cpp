@@ -1,0 +1,259 @@
+#include "cudnn_graph.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda_check.h"
+
+namespace ditbatch::cuda::cudnn {
+
+std::string unusable_reason(size_t min_version, const char* path) {
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const size_t version = cudnnGetVersion(), built_for = cudnnGetCudartVersion();
+  if (version < min_version) return cat("cuDNN ", version, " at run time is older than ", min_version, " (", path, ")");
+  if (built_for / 1000 != static_cast<size_t>(runtime) / 1000)  // e.g. a CUDA 12 wheel's cuDNN found first
+    return cat("the cuDNN loaded (", version, ") was built for CUDA ", built_for, ", this process runs cudart ",
+               runtime, " (its NVRTC kernels would not load)");
+  return "";
+}
+
+void ok(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  char last[1024] = {0};
+  cudnnGetLastErrorString(last, sizeof last);
+  throw Failure(cat(what, ": ", cudnnGetErrorString(status), " (", static_cast<int>(status), ")",
+                    last[0] ? ": " : "", last));
+}
+
+Desc::Desc(cudnnBackendDescriptorType_t type) { ok(cudnnBackendCreateDescriptor(type, &d_), "create descriptor"); }
+
+Desc::~Desc() {
+  if (d_) cudnnBackendDestroyDescriptor(d_);
+}
+
+void Desc::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values,
+               const char* what) {
+  ok(cudnnBackendSetAttribute(d_, name, type, count, values), what);
+}
+
+void Desc::set_desc(cudnnBackendAttributeName_t name, const Desc& value, const char* what) {
+  cudnnBackendDescriptor_t v = value.get();
+  set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, what);
+}
+
+void Desc::finalize(const char* what) { ok(cudnnBackendFinalize(d_), what); }
+
+Desc tensor(const TensorSpec& s) {
+  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const int64_t alignment = 16;
+  const auto rank = static_cast<int64_t>(s.dims.size());
+  t.set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &s.uid, "tensor uid");
+  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &s.type, "tensor data type");
+  t.set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, rank, s.dims.data(), "tensor dimensions");
+  t.set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, rank, s.strides.data(), "tensor strides");
+  t.set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment, "tensor alignment");
+  const bool yes = true;
+  if (s.by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor by value");
+  if (s.is_virtual) t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes, "tensor virtual");
+  t.finalize("tensor");
+  return t;
+}
+
+// ---- the graphs ---------------------------------------------------------------------------------
+
+Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
+  Graph g;
+  g.name = cat("SDPA Lq ", Lq, " Lk ", Lk, " H ", H, " Dh ", Dh);
+  // [L, H, Dh] row-major seen as [B=1, H, L, Dh] (BSHD strides).
+  const std::vector<int64_t> q_dims = {1, H, Lq, Dh}, q_strides = {Lq * H * Dh, Dh, H * Dh, 1};
+  const std::vector<int64_t> k_dims = {1, H, Lk, Dh}, k_strides = {Lk * H * Dh, Dh, H * Dh, 1};
+  const std::vector<int64_t> one = {1, 1, 1, 1};
+  g.parts.push_back(tensor({kSdpaQ, CUDNN_DATA_BFLOAT16, q_dims, q_strides}));
+  g.parts.push_back(tensor({kSdpaK, CUDNN_DATA_BFLOAT16, k_dims, k_strides}));
+  g.parts.push_back(tensor({kSdpaV, CUDNN_DATA_BFLOAT16, k_dims, k_strides}));
+  g.parts.push_back(tensor({kSdpaO, CUDNN_DATA_BFLOAT16, q_dims, q_strides}));
+  g.parts.push_back(tensor({kSdpaScale, CUDNN_DATA_FLOAT, one, one, /*by_value=*/true}));
+  Desc op(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, g.parts[0], "SDPA Q");
+  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, g.parts[1], "SDPA K");
+  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, g.parts[2], "SDPA V");
+  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, g.parts[3], "SDPA O");
+  op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, g.parts[4], "SDPA scale");
+  op.finalize("SDPA operation");
+  g.ops.push_back(std::move(op));
+  return g;
+}
+
+Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType dtype) {
+  Graph g;
+  g.name = cat("conv 3x3 ", H, "x", W, " ", Cin, "->", Cout, " ", dtype_name(dtype));
+  const cudnnDataType_t io = dtype == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  // NCHW dims with NHWC strides (cuDNN's convention for channels-last); the filter is KRSC.
+  const std::vector<int64_t> x_dims = {1, Cin, H, W}, x_strides = {H * W * Cin, 1, W * Cin, Cin};
+  const std::vector<int64_t> w_dims = {Cout, Cin, 3, 3}, w_strides = {9 * Cin, 1, 3 * Cin, Cin};
+  const std::vector<int64_t> y_dims = {1, Cout, H, W}, y_strides = {H * W * Cout, 1, W * Cout, Cout};
+  const std::vector<int64_t> b_dims = {1, Cout, 1, 1}, b_strides = {Cout, 1, Cout, Cout};
+  constexpr int64_t kConvOut = 100;  // the virtual fp32 result before the bias
+  g.parts.push_back(tensor({kConvX, io, x_dims, x_strides}));
+  g.parts.push_back(tensor({kConvW, io, w_dims, w_strides}));
+  g.parts.push_back(tensor({kConvBias, io, b_dims, b_strides}));
+  g.parts.push_back(tensor({kConvY, io, y_dims, y_strides}));
+  g.parts.push_back(tensor({kConvOut, CUDNN_DATA_FLOAT, y_dims, y_strides, false, /*is_virtual=*/true}));
+  const Desc &x = g.parts[0], &w = g.parts[1], &bias = g.parts[2], &y = g.parts[3], &conv_out = g.parts[4];
+
+  Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // what torch's Conv2d computes
+  const int64_t spatial = 2, ones[2] = {1, 1};
+  conv.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &accumulate, "conv compute type");
+  conv.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "conv mode");
+  conv.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial, "conv spatial dims");
+  conv.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, ones, "conv dilations");
+  conv.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, ones, "conv strides");
+  conv.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, ones, "conv pre-paddings");
+  conv.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, ones, "conv post-paddings");
+  conv.finalize("convolution descriptor");
+
+  Desc fprop(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float alpha = 1.0f, beta = 0.0f;
+  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, "conv X");
+  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "conv W");
+  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, conv_out, "conv Y");
+  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "conv descriptor");
+  fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha");
+  fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta");
+  fprop.finalize("convolution forward operation");
+
+  Desc add(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  const cudnnPointwiseMode_t add_mode = CUDNN_POINTWISE_ADD;
+  add.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &add_mode, "bias add mode");
+  add.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &accumulate, "bias add precision");
+  add.finalize("bias add descriptor");
+  Desc bias_op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  bias_op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, add, "bias add");
+  bias_op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, conv_out, "bias add X");
+  bias_op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bias, "bias add B");
+  bias_op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "bias add Y");
+  bias_op.finalize("bias add operation");
+
+  g.parts.push_back(std::move(conv));
+  g.parts.push_back(std::move(add));
+  g.ops.push_back(std::move(fprop));
+  g.ops.push_back(std::move(bias_op));
+  return g;
+}
+
+Desc device_properties(const std::string& json) {
+  Desc d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
+  d.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()), json.data(),
+        "device properties JSON");
+  d.finalize("device properties");
+  return d;
+}
+
+// ---- heuristics, plan, execution ----------------------------------------------------------------
+
+std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props, bool finalize_plan) {
+  auto p = std::make_unique<Plan>();
+  p->graph = std::move(graph);
+  const std::string& name = p->graph.name;
+
+  p->op_graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  if (handle) p->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "graph handle");
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const Desc& op : p->graph.ops) ops.push_back(op.get());
+  p->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()),
+                  ops.data(), "graph ops");
+  p->op_graph.finalize("operation graph");
+
+  p->heuristics = Desc(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  p->heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p->op_graph, "heuristics graph");
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  p->heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
+  if (device_props) p->heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *device_props, "heuristics device");
+  p->heuristics.finalize("heuristics");
+  ok(cudnnBackendGetAttribute(p->heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                              &p->engine_configs, nullptr),
+     "heuristics result count");
+  if (p->engine_configs <= 0) throw Failure(cat(name, ": the heuristics offer no engine for this graph"));
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < p->engine_configs; ++i) {
+    p->configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(p->configs.back().get());
+  }
+  ok(cudnnBackendGetAttribute(p->heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              p->engine_configs, &p->usable_configs, raw.data()),
+     "heuristics results");
+  p->usable_configs = std::min(p->usable_configs, p->engine_configs);
+  if (p->usable_configs <= 0)  // the status is SUCCESS and the reason only reaches cuDNN's own log
+    throw Failure(cat(name, ": the heuristics listed ", p->engine_configs,
+                      " engine configs but none passed its support checks (usually NVRTC or libcuda not loadable: "
+                      "NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING); rerun with CUDNN_LOGLEVEL_DBG=2 "
+                      "CUDNN_LOGDEST_DBG=stderr to see cuDNN's reason"));
+  if (!finalize_plan) return p;
+
+  std::string failures;
+  for (int64_t i = 0; i < p->usable_configs; ++i) {
+    try {  // the first engine config that finalizes, in heuristic order: deterministic
+      Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
+      plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, p->configs[static_cast<size_t>(i)], "plan config");
+      plan.finalize("execution plan");
+      int64_t n = 0;
+      ok(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                  &p->workspace),
+         "plan workspace size");
+      p->plan = std::move(plan);
+      return p;
+    } catch (const Failure& e) {
+      failures += cat(" [config ", i, ": ", e.what(), "]");
+    }
+  }
+  throw Failure(cat(name, ": none of the ", p->usable_configs, " engine configs finalized:", failures));
+}
+
+cudnnHandle_t PlanCache::handle(cudaStream_t stream) {
+  if (!handle_) ok(cudnnCreate(&handle_), "cudnnCreate");
+  ok(cudnnSetStream(handle_, stream), "cudnnSetStream");
+  return handle_;
+}
+
+const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh) {
+  auto it = plans_.find(key);
+  *fresh = it == plans_.end();
+  if (*fresh) it = plans_.emplace(key, make_plan(make_graph(), handle_)).first;
+  return *it->second;
+}
+
+void PlanCache::release() {
+  plans_.clear();
+  if (handle_) cudnnDestroy(handle_);
+  handle_ = nullptr;
+}
+
+void PlanCache::disable(const std::string& why) {
+  disabled_ = why;
+  plans_.clear();
+}
+
+std::string PlanCache::status() const {
+  if (disabled()) return "disabled: " + disabled_;
+  return cat("available (cuDNN ", cudnnGetVersion(), ", ", plans_.size(), " plans built)");
+}
+
+void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& pointers, void* workspace) {
+  if (uids.size() != pointers.size()) throw Failure(cat(plan.graph.name, ": ", uids.size(), " uids for ",
+                                                        pointers.size(), " pointers"));
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  const auto n = static_cast<int64_t>(uids.size());
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids.data(), "variant pack uids");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, pointers.data(), "variant pack pointers");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace, "variant pack workspace");
+  pack.finalize("variant pack");
+  ok(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), "cudnnBackendExecute");
+}
+
+}  // namespace ditbatch::cuda::cudnn

@@ -1,0 +1,141 @@
+// The cuDNN backend (graph) C API, once for every cuDNN path: owned descriptors, tensors,
+// the heuristics -> engine config -> execution plan sequence, and execution. The graphs
+// themselves (which ops, which layouts) are built by the functions at the end, so that the
+// backend and the tests build exactly the same ones.
+//
+// Heuristics can also run without a GPU, from a device-properties JSON (cuDNN >= 9.8's
+// "deviceless" mode): the tests do that for an H200 on the build machine, so a graph cuDNN
+// would refuse fails in CI, not in the few minutes a GPU is lent.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace ditbatch::cuda::cudnn {
+
+// A failure while building or running a plan: the callers turn it into a fallback.
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Why the cuDNN loaded at run time cannot serve a path that needs min_version (older, or
+// built for another CUDA major than this process's cudart); empty when it can.
+std::string unusable_reason(size_t min_version, const char* path);
+
+// Throws Failure naming `what`, the status and cuDNN's last error message.
+void ok(cudnnStatus_t status, const char* what);
+
+// An owned backend descriptor.
+class Desc {
+ public:
+  Desc() = default;
+  explicit Desc(cudnnBackendDescriptorType_t type);
+  ~Desc();
+  Desc(Desc&& other) noexcept : d_(other.d_) { other.d_ = nullptr; }
+  Desc& operator=(Desc&& other) noexcept {
+    std::swap(d_, other.d_);
+    return *this;
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+
+  void set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count, const void* values,
+           const char* what);
+  void set_desc(cudnnBackendAttributeName_t name, const Desc& value, const char* what);
+  void finalize(const char* what);
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+struct TensorSpec {
+  int64_t uid = 0;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::vector<int64_t> dims, strides;
+  bool by_value = false;    // a host scalar read at execute time
+  bool is_virtual = false;  // an intermediate inside a fused graph (no memory)
+};
+Desc tensor(const TensorSpec& spec);
+
+// An operation graph ready for heuristics: its ops and everything they point to.
+struct Graph {
+  std::vector<Desc> parts;  // tensors and op-level descriptors, kept alive with the graph
+  std::vector<Desc> ops;
+  std::string name;         // for messages: "SDPA Lq 4116 Lk 4116 H 24 Dh 128"
+};
+
+// Non-causal SDPA, bf16 Q/K/V/O as separate [L, H, Dh] buffers (BSHD strides), the scale a
+// by-value f32. uids: 1 Q, 2 K, 3 V, 4 O, 5 scale.
+Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh);
+enum SdpaUid : int64_t { kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaScale = 5 };
+
+// 3x3 convolution, stride 1, padding 1, of one NHWC image, fp32 accumulation, then + bias
+// (a fused pointwise add): x [H, W, Cin], w [Cout, 3, 3, Cin] (KRSC), bias [Cout], y [H, W, Cout].
+// uids: 1 x, 2 w, 3 bias, 4 y.
+Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType dtype);
+enum ConvUid : int64_t { kConvX = 1, kConvW = 2, kConvBias = 3, kConvY = 4 };
+
+// A device-properties descriptor from cuDNN's JSON form (deviceless heuristics).
+Desc device_properties(const std::string& json);
+
+struct Plan {
+  Graph graph;
+  Desc op_graph, heuristics;
+  std::vector<Desc> configs;
+  Desc plan;
+  int64_t engine_configs = 0;  // how many the heuristics listed
+  int64_t usable_configs = 0;  // how many of those passed cuDNN's support checks
+  int64_t workspace = 0;
+};
+
+// Heuristics (mode A) on the graph, then the first engine config, in the heuristics' order,
+// whose execution plan finalizes (deterministic). With a handle: a plan for that handle's GPU.
+// With device_props instead (no GPU): the heuristics only, finalize_plan must be false.
+std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props = nullptr,
+                                bool finalize_plan = true);
+
+// What each cuDNN path of the backend keeps: a handle made on first use, its plans by shape,
+// and, once something failed, why the path is off (it then stays off for the backend's life).
+class PlanCache {
+ public:
+  using Key = std::array<int64_t, 4>;
+  explicit PlanCache(std::string disabled) : disabled_(std::move(disabled)) {}
+  ~PlanCache() { release(); }
+  PlanCache(const PlanCache&) = delete;
+  PlanCache& operator=(const PlanCache&) = delete;
+
+  // The handle, bound to stream.
+  cudnnHandle_t handle(cudaStream_t stream);
+  // The plan for key: built with make_graph() and this cache's handle the first time (then *fresh).
+  const Plan& plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh);
+  // Destroys the plans and the handle (before the stream they are bound to goes).
+  void release();
+  void disable(const std::string& why);
+  bool disabled() const { return !disabled_.empty(); }
+  // "available (cuDNN 91900, 3 plans built)" or "disabled: <why>".
+  std::string status() const;
+
+ private:
+  cudnnHandle_t handle_ = nullptr;
+  std::string disabled_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+// Queues the plan on the handle's stream. uids and pointers pair up; workspace may be null
+// when plan.workspace is 0.
+void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& pointers, void* workspace);
+
+}  // namespace ditbatch::cuda::cudnn

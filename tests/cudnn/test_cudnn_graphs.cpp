@@ -1,0 +1,117 @@
+// The cuDNN graphs the CUDA backend builds (kernels/cudnn_graph.cpp), checked on a machine
+// without a GPU: cuDNN finalizes every tensor and operation (validating layouts, types and
+// shapes), then its heuristics, told the device is an H200 through a device-properties JSON
+// (cuDNN >= 9.8 "deviceless" mode), must offer an engine that passes its support checks for
+// sm_90. The same functions build the graphs on the GPU, so a graph cuDNN would refuse fails
+// here in CI instead of in the few minutes a GPU is lent. Execution is the GPU's job
+// (tests/unit/test_cuda_ops.cpp).
+//
+// ctest runs this binary with a stub libcuda.so.1 first on LD_LIBRARY_PATH: the runtime-compiled
+// engines check that the driver library loads (nothing here calls the driver).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cudnn_graph.h"
+
+using namespace ditbatch;
+using namespace ditbatch::cuda;
+
+namespace {
+
+constexpr size_t kDevicelessVersion = 90800;
+
+std::string h200_json() {
+  const std::string path = std::string(DITBATCH_TEST_DATA) + "/cudnn/h200_device_properties.json";
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "cannot read " << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+#define SKIP_WITHOUT_DEVICELESS_CUDNN()                                                                      \
+  if (cudnnGetVersion() < kDevicelessVersion)                                                                 \
+  GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " has no deviceless heuristics (needs >= 9.8)"
+
+// Heuristics for an H200; returns the plan (heuristics only) or fails the test with cuDNN's reason.
+std::unique_ptr<cudnn::Plan> heuristics_on_h200(cudnn::Graph graph) {
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  const std::string name = graph.name;
+  try {
+    auto plan = cudnn::make_plan(std::move(graph), nullptr, &props, /*finalize_plan=*/false);
+    std::printf("[cudnn] %s: %lld engine configs, %lld usable on sm_90\n", name.c_str(),
+                static_cast<long long>(plan->engine_configs), static_cast<long long>(plan->usable_configs));
+    return plan;
+  } catch (const cudnn::Failure& e) {
+    ADD_FAILURE() << name << ": " << e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+TEST(CudnnGraphs, DevicePropertiesOfAnH200AreAccepted) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  EXPECT_NO_THROW(cudnn::device_properties(h200_json()));
+  // and a malformed description is refused (the check above can fail)
+  EXPECT_THROW(cudnn::device_properties("{\"deviceVer\": \"not a number\""), cudnn::Failure);
+}
+
+// The transformer's joint attention at 1024x1024 (4096 image + 20 text tokens) and the CUDA
+// tests' shapes.
+TEST(CudnnGraphs, SdpaHasAnEngineForTheDitShapesOnH200) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  if (cudnnGetVersion() < 91301) GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " predates the unified SDPA op";
+  const int64_t shapes[][4] = {{4116, 4116, 24, 128}, {4116, 4108, 24, 128}, {1044, 1044, 24, 128},
+                               {333, 317, 4, 128},    {160, 150, 24, 128},   {129, 65, 2, 64}};
+  for (const auto& s : shapes) {
+    auto plan = heuristics_on_h200(cudnn::sdpa_graph(s[0], s[1], s[2], s[3]));
+    ASSERT_TRUE(plan);
+    EXPECT_GE(plan->usable_configs, 1);
+  }
+}
+
+// The VAE decoder's 3x3 convolutions of Qwen-Image at 1024x1024 (channels 16 -> 384 at the
+// latent 128x128, 384/192/96 further up) and the op tests' shape.
+TEST(CudnnGraphs, ConvolutionWithBiasHasAnEngineForTheVaeShapesOnH200) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const int64_t shapes[][4] = {{128, 128, 16, 384}, {128, 128, 384, 384}, {256, 256, 384, 192},
+                               {512, 512, 192, 192}, {1024, 1024, 192, 96}, {1024, 1024, 96, 96}, {16, 9, 16, 8}};
+  for (const auto& s : shapes) {
+    auto plan = heuristics_on_h200(cudnn::conv3x3_bias_graph(s[0], s[1], s[2], s[3], DType::BF16));
+    ASSERT_TRUE(plan);
+    EXPECT_GE(plan->usable_configs, 1);
+  }
+}
+
+// Negative control: the graph builders' validation is real. A convolution whose output has
+// fewer channels than the filter makes is refused when the operation is finalized.
+TEST(CudnnGraphs, AnInconsistentConvolutionIsRefused) {
+  cudnn::Desc x = cudnn::tensor({1, CUDNN_DATA_BFLOAT16, {1, 16, 8, 8}, {1024, 1, 128, 16}});
+  cudnn::Desc w = cudnn::tensor({2, CUDNN_DATA_BFLOAT16, {32, 16, 3, 3}, {144, 1, 48, 16}});
+  cudnn::Desc y = cudnn::tensor({3, CUDNN_DATA_FLOAT, {1, 24, 8, 8}, {1536, 1, 192, 24}});  // 24 != 32
+  cudnn::Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2, ones[2] = {1, 1};
+  conv.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32, "type");
+  conv.set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "mode");
+  conv.set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial, "dims");
+  conv.set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, ones, "dilations");
+  conv.set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, ones, "strides");
+  conv.set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, ones, "pre");
+  conv.set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, ones, "post");
+  conv.finalize("conv");
+  cudnn::Desc op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float alpha = 1.0f, beta = 0.0f;
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, "x");
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "w");
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y, "y");
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "conv");
+  op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
+  op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "beta");
+  EXPECT_THROW(op.finalize("convolution forward"), cudnn::Failure);
+}
