@@ -56,5 +56,18 @@ date -u +%FT%TZ > "$stage/BUILT"
 
 mkdir -p "$build/carry"
 tar -C "$stage" -cf - . | xz -T"${JOBS:-2}" -6 > "$build/carry/bundle.tar.xz"
+
+# diffusers for check.sh's side-by-side transformer forward (the GPU image has torch and every
+# other dependency but no diffusers and no network): the goldens' pinned version, pure-Python
+# wheels only, ~4 MB. Without network the check runs ditbatch's bench alone.
+diffusers_pin=$(grep -o 'diffusers==[0-9.]*' tools/golden/setup.sh | head -1)
+rm -rf "$build/carry/wheels"
+if python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$build/carry/wheels" \
+     "${diffusers_pin:-diffusers}" importlib_metadata; then
+  echo "wheels for the diffusers comparison: $(ls "$build/carry/wheels" | tr '\n' ' ')"
+else
+  echo "build_bundle: could not download the diffusers wheel; check.sh will skip the comparison" >&2
+  rm -rf "$build/carry/wheels"
+fi
 echo "bundle: $(du -sh "$stage" | cut -f1) unpacked, $(du -h "$build/carry/bundle.tar.xz" | cut -f1) packed in $build/carry/bundle.tar.xz"
 ls -la "$stage/lib" | awk 'NR > 1 {printf "  %8d %s\n", $5, $9}'

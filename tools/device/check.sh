@@ -13,7 +13,8 @@
 #   3. ditbatch_cuda_bench: ceilings, GEMM shapes, attention paths, full-size models with
 #      random weights (forward, CFG step, text encoder, VAE, peak memory, 50-step image);
 #      if it fails, the models again without cuDNN
-#   4. `ditbatch bench` if this build has that command
+#   4. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
+#      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh)
 # A summary comes last. Logs and metrics go to $OUT (they come back with the run).
 # Environment: CHECK_STAGES="0 1 2 3 4" to choose stages; BENCH_ARGS for the bench.
 set -uo pipefail
@@ -150,11 +151,25 @@ if want 3; then
 fi
 if want 4; then
   if [[ -x $work/bin/ditbatch ]] && "$work/bin/ditbatch" bench --help > /dev/null 2>&1; then
-    echo "== stage 4: ditbatch bench =="
-    timeout 180 "$work/bin/ditbatch" bench dit --config real --size 1024x1024 --steps 4 --cfg --backend cuda > "$out/ditbatch-bench.log" 2>&1
-    rc=$?
-    tail -30 "$out/ditbatch-bench.log"
-    note "ditbatch bench: rc $rc"
+    wheels=build-device/carry/wheels
+    if [[ -n $py ]] && ls "$wheels"/diffusers-*.whl > /dev/null 2>&1 &&
+       "$py" -m pip install --quiet --no-index --no-deps --target "$work/py" "$wheels"/*.whl > "$out/pip.log" 2>&1; then
+      # The same transformer forward through diffusers (bf16, torch's SDPA) in the same run:
+      # the ratio of issue #9. Random weights on both sides, made on the GPU.
+      echo "== stage 4: ditbatch bench against diffusers, 1024^2, true CFG =="
+      PYTHONPATH="$work/py${PYTHONPATH:+:$PYTHONPATH}" PYTHON="$py" BACKEND=cuda CONFIG=real SIZE=1024x1024 STEPS=3 \
+        WARMUP=1 ROUNDS=1 timeout 240 bash tools/bench/compare_dit.sh "$work/bin/ditbatch" -- --cfg \
+        > "$out/compare-dit.log" 2>&1
+      rc=$?
+      tail -25 "$out/compare-dit.log"
+      note "ditbatch vs diffusers: rc $rc; $(grep -m1 '^ratio ditbatch/diffusers' "$out/compare-dit.log" || echo 'no ratio')"
+    else
+      echo "== stage 4: ditbatch bench (no diffusers wheel carried or pip failed: see pip.log) =="
+      timeout 180 "$work/bin/ditbatch" bench dit --config real --size 1024x1024 --steps 4 --cfg --backend cuda > "$out/ditbatch-bench.log" 2>&1
+      rc=$?
+      tail -30 "$out/ditbatch-bench.log"
+      note "ditbatch bench: rc $rc (diffusers comparison skipped)"
+    fi
   else
     note "ditbatch bench: not in this build (skipped)"
   fi

@@ -183,6 +183,19 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     condition_ms = median(tc);
     forward_ms = median(tf);
     step_ms = median(ts);
+    // Host time to queue one forward (from an idle stream): well under the GPU time means the
+    // host runs ahead and a CUDA graph of the step would save little; close to it means the
+    // host (or a full launch queue) paces the GPU and a graph is worth building.
+    std::vector<double> th;
+    for (int i = 0; i < reps; ++i) {
+      be.synchronize();
+      Stopwatch host;
+      dit.forward(latents, text_cond, L, gh, gw, cond);
+      th.push_back(host.seconds() * 1e3);
+    }
+    be.synchronize();
+    report("host time to queue one forward", fmt::format("{:.1f} ms", median(th)),
+           fmt::format("{:.0f}% of the GPU time of a forward (CUDA graph decision)", 100.0 * median(th) / forward_ms));
   }
   const double flops = QwenImageTransformer::forward_flops(dit_config, gh * gw, L);
   const double tflops = flops / (forward_ms * 1e-3) / 1e12;
