@@ -87,6 +87,7 @@ DeviceBlock DeviceAllocator::allocate(size_t bytes, const char* what, bool exact
   } else {
     ptr = size < kSmall ? carve(size, what) : device_malloc(size, what);
   }
+  if (exact && size >= kSmall) exact_[ptr] = size;
   ++stats_.allocations;
   stats_.in_use += size;
   stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.in_use);
@@ -95,8 +96,15 @@ DeviceBlock DeviceAllocator::allocate(size_t bytes, const char* what, bool exact
 }
 
 void DeviceAllocator::release(void* ptr, size_t bytes) {
-  free_[bytes].push_back(ptr);
   stats_.in_use -= bytes;
+  if (auto it = exact_.find(ptr); it != exact_.end()) {  // a weight: back to the device
+    exact_.erase(it);
+    cudaStreamSynchronize(stream_);  // queued kernels may still read it
+    cudaFree(ptr);  // destructors must not throw; a failing cudaFree leaves nothing to recover
+    stats_.reserved -= bytes;
+    return;
+  }
+  free_[bytes].push_back(ptr);
 }
 
 void DeviceAllocator::release_cached() {

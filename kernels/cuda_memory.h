@@ -64,7 +64,9 @@ class DeviceAllocator {
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   // At least `bytes` (>= 1), 256-byte aligned; what names the caller in out-of-memory errors.
-  // exact: round to 512 bytes only, not to a size class (weights: allocated once, never reused).
+  // exact: round to 512 bytes only, not to a size class (weights: allocated once, never reused);
+  // an exact block of 1 MiB or more goes back to the device when freed, not to the cache, so
+  // that releasing a model (--offload-text-encoder) makes room for the next one.
   DeviceBlock allocate(size_t bytes, const char* what, bool exact = false);
   void release(void* ptr, size_t bytes);
   // cudaFree every cached (unused) block.
@@ -87,6 +89,7 @@ class DeviceAllocator {
   bool poison_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size -> cached blocks
   std::vector<void*> slabs_;                             // freed only with the allocator
+  std::unordered_map<void*, size_t> exact_;              // live exact blocks of >= kSmall bytes
   char* slab_next_ = nullptr;
   size_t slab_left_ = 0;
   MemoryStats stats_;

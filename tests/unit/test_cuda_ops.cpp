@@ -496,4 +496,21 @@ TEST(CudaMemory, SteadyStateMakesNoDeviceAllocations) {
   EXPECT_EQ(be->stats().device_mallocs, after_first) << "cudaMalloc in steady state";
 }
 
+// Released weights (a model freed, as --offload-text-encoder frees the text encoder) go back
+// to the device instead of staying in the cache, so the next model's weights fit beside less.
+TEST(CudaMemory, FreedWeightsGoBackToTheDevice) {
+  SKIP_WITHOUT_GPU();
+  auto be = make_backend(DType::BF16);
+  const size_t before = be->stats().bytes_reserved;
+  {
+    Tensor w = be->upload_weight(test::random_tensor({1024, 1024}, 611, 0.1f));  // 2 MiB in bf16
+    EXPECT_GE(be->stats().bytes_reserved, before + (size_t{2} << 20));
+  }
+  EXPECT_EQ(be->stats().bytes_reserved, before) << "a freed weight stayed reserved";
+  Tensor a = be->upload(test::random_tensor({1024, 1024}, 612), DType::BF16);  // an activation
+  const size_t with_activation = be->stats().bytes_reserved;
+  a = Tensor();
+  EXPECT_EQ(be->stats().bytes_reserved, with_activation) << "activations stay cached for reuse";
+}
+
 #endif  // DITBATCH_HAVE_CUDA

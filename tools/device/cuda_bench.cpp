@@ -206,6 +206,8 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
   report("timestep conditioning (temb + 121 modulation GEMVs)", fmt::format("{:.2f} ms", condition_ms));
   report("true-CFG step (conditioning, 2 forwards, combine, Euler)", fmt::format("{:.1f} ms", step_ms));
   const CudaBackendStats st = be.stats();
+  report("peak GPU memory, transformer and its CFG steps alone", fmt::format("{:.1f} GiB", gib(st.peak_bytes_reserved)),
+         "--offload-text-encoder peaks here (+ the VAE's ~0.25 GB): target <= 45 GB");
   report("attention calls by path (cudnn/gemm/flash)",
          fmt::format("{}/{}/{}", st.attention_cudnn, st.attention_gemm, st.attention_flash), st.sdpa_status);
 
