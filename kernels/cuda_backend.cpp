@@ -487,6 +487,14 @@ void CudaBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
 
 void CudaBackend::synchronize() { impl_->wait("synchronize"); }
 
+std::optional<Backend::MemoryInfo> CudaBackend::device_memory() {
+  MemoryInfo info;
+  cuda::check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "device_memory: cudaMemGetInfo");
+  const cuda::MemoryStats mem = impl_->allocator->stats();
+  info.free_bytes += mem.reserved - mem.in_use;  // our cached blocks are ours to reuse
+  return info;
+}
+
 // ---- dense linear algebra -------------------------------------------------------------------
 
 Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {

@@ -71,6 +71,7 @@ class CudaBackend final : public Backend {
   Tensor to_host_f32(const Tensor& t) override;
   void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
   void synchronize() override;
+  std::optional<MemoryInfo> device_memory() override;
 
   using Backend::linear;
   Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) override;

@@ -16,6 +16,7 @@
 #include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
+#include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/runner.h"
 #include "pipeline/stop_signal.h"
@@ -284,6 +285,16 @@ int cmd_generate(const std::vector<std::string>& args) {
     const int device = choose_device(o, world, log);
     std::unique_ptr<Backend> backend = make_backend(o.backend_kind, device, log);
     WeightStore weights = WeightStore::open(o.weights_path);
+    if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
+      int64_t width = 0, height = 0;
+      for (const ImageJob& job : jobs)
+        if (job.width * job.height > width * height) width = job.width, height = job.height;
+      const DeviceMemoryPlan plan =
+          plan_device_memory(weights, dtype_size(backend->act_dtype()), width, height, o.max_sequence_length);
+      check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name());
+      log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),
+               static_cast<double>(memory->free_bytes) / double(1 << 30));
+    }
     auto reader = std::make_shared<NodeWeightReader>(world);
     const int64_t read_before = bytes_read_by_process();
     QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);

@@ -10,6 +10,7 @@
 // - Every op checks its shapes and fails with the op name and the shapes it got.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -35,6 +36,11 @@ class Backend {
   virtual void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) = 0;
   // Waits until all queued work is done (no-op on the CPU).
   virtual void synchronize() = 0;
+  // Free and total bytes of the backend's device; none where memory is the host's (CPU).
+  struct MemoryInfo {
+    size_t free_bytes = 0, total_bytes = 0;
+  };
+  virtual std::optional<MemoryInfo> device_memory() { return std::nullopt; }
 
   // ---- dense linear algebra ----
   // y[M, N] = x[M, K] w[N, K]^T (+ bias[N]); out_dtype F32 keeps a residual-bound result exact.

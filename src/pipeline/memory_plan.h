@@ -1,0 +1,38 @@
+// What a run will hold on a GPU, worked out from the weight file's tensor sizes and the largest
+// image of the run, and checked against the device's free memory before any weight is read:
+// a 48 GB card that cannot hold the text encoder and the transformer together fails in a
+// second with the numbers and the way out (--offload-text-encoder), not after minutes of
+// loading (notes/users.md: "people OOM on 48 GB cards").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/backend.h"
+#include "io/weight_store.h"
+
+namespace ditbatch {
+
+struct DeviceMemoryPlan {
+  int64_t text_encoder = 0, transformer = 0, vae = 0;  // weight bytes in the backend's weight dtype
+  int64_t denoise_activations = 0;  // transformer forward + VAE decode of the largest image (estimate)
+  int64_t encode_activations = 0;   // one prompt through the text encoder (estimate)
+  // The most held at once: everything together, or with --offload-text-encoder the larger of
+  // the encoding phase and the denoising phase.
+  int64_t peak(bool offload_text_encoder) const;
+  // "text encoder 15.2 + transformer 40.8 + VAE 0.3 + activations 1.9 = 58.2 GiB"
+  std::string describe(bool offload_text_encoder) const;
+};
+
+// weight_dtype_size: bytes per parameter on the device (2 for bf16). The largest image is
+// width x height pixels; text_tokens bounds a prompt's kept tokens (max_sequence_length).
+DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dtype_size, int64_t width,
+                                    int64_t height, int64_t text_tokens);
+
+// Throws an InputError with the plan, the device's memory and what to do, when the plan's peak
+// does not fit in free memory (less a margin for the CUDA context's later growth and
+// fragmentation).
+void check_device_memory(const DeviceMemoryPlan& plan, bool offload_text_encoder, const Backend::MemoryInfo& memory,
+                         const std::string& device);
+
+}  // namespace ditbatch

@@ -1,0 +1,90 @@
+// The GPU memory plan checked before any weight is read (src/pipeline/memory_plan.h): its
+// weight bytes are exactly what the models bind (their own weight specs, an independent
+// count), and the check passes, points to --offload-text-encoder, or refuses, at the right
+// free-memory thresholds, with the numbers in the message.
+#include <gtest/gtest.h>
+
+#include "golden.h"
+#include "io/weight_store.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
+#include "pipeline/memory_plan.h"
+#include "test_util.h"
+
+using namespace ditbatch;
+
+namespace {
+
+int64_t spec_bytes(const std::vector<WeightSpec>& specs, int64_t dtype_size) {
+  int64_t n = 0;
+  for (const WeightSpec& s : specs) n += shape_numel(s.shape);
+  return n * dtype_size;
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+}  // namespace
+
+TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {
+  const WeightStore weights = WeightStore::open(test::golden_weights());
+  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40);
+  const Component te = weights.component("text_encoder");
+  EXPECT_EQ(plan.transformer,
+            spec_bytes(QwenImageTransformer::weight_specs(TransformerConfig::from(weights.component("transformer").config())), 2));
+  EXPECT_EQ(plan.vae, spec_bytes(VaeDecoder::weight_specs(VaeConfig::from(weights.component("vae").config())), 2));
+  EXPECT_EQ(plan.text_encoder,
+            spec_bytes(QwenTextEncoder::weight_specs(TextEncoderConfig::from(te.config()), QwenTextEncoder::tensor_prefix(te)), 2));
+  EXPECT_GT(plan.transformer, 0);
+  // f32 weights take twice the bytes
+  EXPECT_EQ(plan_device_memory(weights, 4, 256, 192, 40).transformer, 2 * plan.transformer);
+  // a larger image needs more activations, the weights stay
+  const DeviceMemoryPlan big = plan_device_memory(weights, 2, 1024, 1024, 40);
+  EXPECT_GT(big.denoise_activations, plan.denoise_activations);
+  EXPECT_EQ(big.transformer, plan.transformer);
+}
+
+TEST(MemoryPlan, PeakWithAndWithoutOffload) {
+  DeviceMemoryPlan p;
+  p.text_encoder = 15 * kGiB;
+  p.transformer = 41 * kGiB;
+  p.vae = kGiB / 4;
+  p.denoise_activations = 2 * kGiB;
+  p.encode_activations = kGiB / 2;
+  EXPECT_EQ(p.peak(false), 15 * kGiB + 41 * kGiB + kGiB / 4 + 2 * kGiB);
+  EXPECT_EQ(p.peak(true), 41 * kGiB + kGiB / 4 + 2 * kGiB);
+  p.transformer = kGiB;  // a small transformer: the encoding phase is then the larger one
+  EXPECT_EQ(p.peak(true), 15 * kGiB + kGiB / 2);
+  EXPECT_NE(p.describe(false).find("text encoder 15.0"), std::string::npos) << p.describe(false);
+}
+
+TEST(MemoryPlan, TheCheckPassesSuggestsOffloadOrRefuses) {
+  DeviceMemoryPlan p;  // Qwen-Image's sizes at 1024x1024
+  p.text_encoder = 15 * kGiB;
+  p.transformer = 41 * kGiB;
+  p.vae = 3 * kGiB / 10;
+  p.denoise_activations = 2 * kGiB;
+  p.encode_activations = kGiB / 2;
+  auto mem = [](int64_t free_bytes, int64_t total) {
+    return Backend::MemoryInfo{static_cast<size_t>(free_bytes), static_cast<size_t>(total)};
+  };
+  // an H200: everything fits
+  EXPECT_NO_THROW(check_device_memory(p, false, mem(139 * kGiB, 140 * kGiB), "cuda:0"));
+  // a 48 GB card: only with the text encoder offloaded
+  const std::string suggest = test::input_error_of([&] { check_device_memory(p, false, mem(47 * kGiB, 48 * kGiB), "cuda:0"); });
+  EXPECT_NE(suggest.find("Run with --offload-text-encoder"), std::string::npos) << suggest;
+  EXPECT_NE(suggest.find("cuda:0 has 47.0 GiB free of 48.0 GiB"), std::string::npos) << suggest;
+  EXPECT_NE(suggest.find("needs about 59.3 GiB"), std::string::npos) << suggest;
+  EXPECT_NO_THROW(check_device_memory(p, true, mem(47 * kGiB, 48 * kGiB), "cuda:0"));
+  // a 40 GB card: not even then, and the message says so
+  const std::string refuse = test::input_error_of([&] { check_device_memory(p, false, mem(39 * kGiB, 40 * kGiB), "cuda:1"); });
+  EXPECT_NE(refuse.find("even with --offload-text-encoder"), std::string::npos) << refuse;
+  EXPECT_NE(refuse.find("Use a GPU with more free memory"), std::string::npos) << refuse;
+  EXPECT_EQ(refuse.find("other processes"), std::string::npos) << refuse;
+  // the same card half taken by someone else: the message points at them
+  const std::string shared = test::input_error_of([&] { check_device_memory(p, true, mem(20 * kGiB, 80 * kGiB), "cuda:0"); });
+  EXPECT_NE(shared.find("other processes hold part of this one"), std::string::npos) << shared;
+  // exactly at the threshold (peak + 1 GiB margin) it passes; one byte less, it does not
+  EXPECT_NO_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB, 80 * kGiB), "cuda:0"));
+  EXPECT_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB - 1, 80 * kGiB), "cuda:0"), InputError);
+}
