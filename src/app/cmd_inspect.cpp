@@ -6,7 +6,10 @@
 #include "app/options.h"
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "io/weight_store.h"
+#include "model/prompt_tokens.h"
+#include "pipeline/memory_plan.h"
 
 namespace ditbatch {
 
@@ -85,6 +88,19 @@ int cmd_inspect(const std::vector<std::string>& args) {
       }
   }
   std::cout << "\ntotal parameters: " << total_params << "\n";
+  if (store.has_component("transformer") && store.has_component("text_encoder") && store.has_component("vae")) {
+    // What `generate` will ask of a GPU (bf16 weights), to pick a GPU type before queueing.
+    std::cout << "GPU memory for generate (bf16, estimate):\n";
+    try {
+      for (const int64_t side : {1024, 1328}) {
+        const DeviceMemoryPlan plan = plan_device_memory(store, 2, side, side, kDefaultMaxSequenceLength);
+        std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", side, side,
+                                 plan.describe(false), side, side, plan.describe(true));
+      }
+    } catch (const InputError& e) {  // configs generate would refuse too: say why, inspect goes on
+      std::cout << "  (no estimate: " << e.what() << ")\n";
+    }
+  }
   return 0;
 }
 

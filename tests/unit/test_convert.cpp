@@ -83,7 +83,7 @@ TEST(Convert, DiffusersFolderToH5ThenInspect) {
   ASSERT_EQ(inspect.status, 0) << inspect.output;
   for (const char* needle : {"model_name: test/qwen-mini", "[text_encoder]", "tensors: 2, parameters: 12",
                              "model.embed_tokens.weight bf16[5, 2]", "img_in.weight f32[4, 2]", "file merges.txt",
-                             "total parameters: 27"})
+                             "total parameters: 27", "GPU memory for generate"})
     EXPECT_NE(inspect.output.find(needle), std::string::npos) << needle << "\n" << inspect.output;
 }
 
