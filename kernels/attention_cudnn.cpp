@@ -28,6 +28,7 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
   if (s.causal) return no("causal (needs cuDNN >= 9.21)");
   if (s.H != s.Hkv) return no("grouped-query attention");
   if (s.Dh % 8 != 0 || s.Dh > 128) return no(cat("head dim ", s.Dh, " (multiple of 8, at most 128)"));
+  if (impl_->refused({s.Lq, s.Lk, s.H, s.Dh})) return no("cuDNN has no plan for this shape");
   for (const void* p : {q, k, v, o})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return no("a tensor is not 16-byte aligned");
   return true;
@@ -47,6 +48,9 @@ CudnnSdpa::Result CudnnSdpa::run(const CudaContext& ctx, const void* q, const vo
                    {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, &scale}, workspace.get());
     check_launch("attention (cuDNN SDPA)", ctx.stream, ctx.sync_each_op);
     return fresh ? Result::RanNewPlan : Result::Ran;
+  } catch (const cudnn::NoPlan& e) {
+    if (error) *error = e.what();
+    return Result::NoPlan;
   } catch (const std::exception& e) {
     if (error)
       *error = cat("cuDNN SDPA (Lq ", s.Lq, " Lk ", s.Lk, " H ", s.H, " Dh ", s.Dh, ", cuDNN ", cudnnGetVersion(),

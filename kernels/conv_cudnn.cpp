@@ -27,6 +27,7 @@ bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const v
   // 16-byte vectors of channels: the tensor-core engines need them (the VAE's conv_out, 3
   // channels, stays on im2col).
   if (s.Cin % 8 != 0 || s.Cout % 8 != 0) return no(cat("channels ", s.Cin, " -> ", s.Cout, " (multiples of 8)"));
+  if (impl_->refused({s.H, s.W, s.Cin, s.Cout})) return no("cuDNN has no plan for this shape");
   for (const void* p : {x, w, bias, y})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return no("a tensor is not 16-byte aligned");
   return true;
@@ -45,6 +46,9 @@ CudnnConv::Result CudnnConv::run(const CudaContext& ctx, const void* x, const vo
                    {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(bias), y}, workspace.get());
     check_launch("conv2d_3x3 (cuDNN)", ctx.stream, ctx.sync_each_op);
     return fresh ? Result::RanNewPlan : Result::Ran;
+  } catch (const cudnn::NoPlan& e) {
+    if (error) *error = e.what();
+    return Result::NoPlan;
   } catch (const std::exception& e) {
     if (error)
       *error = cat("cuDNN convolution (", s.H, "x", s.W, ", ", s.Cin, " -> ", s.Cout, ", cuDNN ", cudnnGetVersion(),

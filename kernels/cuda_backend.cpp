@@ -542,9 +542,10 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   if (y.dtype() == DType::F32) {
     // f32 mode exists to hold every kernel to fp32 rounding; cuBLASLt's GELU epilogue may use
     // the hardware's approximate tanh, so there the GELU is our kernel's.
-    cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
+    DeviceBlock pre = m.scratch(static_cast<size_t>(y.nbytes()), "linear_gelu: the GEMM output before the GELU");
+    cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), pre.get(), y.dtype(), M, N, K, bp,
                       cuda::GemmEpilogue::Bias);
-    cuda::gelu_tanh(m.ctx, y.raw(), y.raw(), y.dtype(), y.numel());
+    cuda::gelu_tanh(m.ctx, pre.get(), y.raw(), y.dtype(), y.numel());  // not in place: its pointers are __restrict__
     return y;
   }
   cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
@@ -596,14 +597,18 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
       m.conv.eligible(xp, w.raw(), bp, y.raw(), out_dtype, s, nullptr)) {
     std::string error;
     const auto result = m.conv.run(m.ctx, xp, w.raw(), bp, y.raw(), out_dtype, s, &error);
-    if (result != cuda::CudnnConv::Result::Failed) {
+    if (result == cuda::CudnnConv::Result::Ran || result == cuda::CudnnConv::Result::RanNewPlan) {
       ++m.conv_calls[0];
       if (result == cuda::CudnnConv::Result::RanNewPlan && m.opt.cudnn_self_check)
         m.self_check_conv(xp, w.raw(), bp, y, s);
       return y;
     }
-    m.log.warn("{}; using im2col + cuBLASLt for every convolution from now on", error);
-    m.conv.disable(error);
+    if (result == cuda::CudnnConv::Result::NoPlan) {
+      m.log.warn("{}; using im2col + cuBLASLt for this shape", error);
+    } else {
+      m.log.warn("{}; using im2col + cuBLASLt for every convolution from now on", error);
+      m.conv.disable(error);
+    }
   }
   m.conv_im2col(xp, w.raw(), in_dtype, bp, y, s);
   return y;
@@ -644,13 +649,17 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
       m.sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
     std::string error;
     const auto result = m.sdpa.run(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
-    if (result != cuda::CudnnSdpa::Result::Failed) {
+    if (result == cuda::CudnnSdpa::Result::Ran || result == cuda::CudnnSdpa::Result::RanNewPlan) {
       ++m.attention_calls[0];
       if (result == cuda::CudnnSdpa::Result::RanNewPlan && m.opt.cudnn_self_check) m.self_check_sdpa(q, k, v, o, s);
       return o;
     }
-    m.log.warn("{}; using the GEMM attention path from now on", error);
-    m.sdpa.disable(error);
+    if (result == cuda::CudnnSdpa::Result::NoPlan) {
+      m.log.warn("{}; using the GEMM attention path for this shape", error);
+    } else {
+      m.log.warn("{}; using the GEMM attention path from now on", error);
+      m.sdpa.disable(error);
+    }
   }
   m.attention_gemm(q, k, v, o, s);
   return o;

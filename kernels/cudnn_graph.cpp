@@ -193,12 +193,14 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
                       "NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING); rerun with CUDNN_LOGLEVEL_DBG=2 "
                       "CUDNN_LOGDEST_DBG=stderr to see cuDNN's reason"));
   if (!finalize_plan) return p;
+  if (!handle && !device_props) throw Failure(cat(name, ": a plan needs a handle or device properties"));
 
   std::string failures;
   for (int64_t i = 0; i < p->usable_configs; ++i) {
     try {  // the first engine config that finalizes, in heuristic order: deterministic
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
+      if (handle) plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
+      else plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *device_props, "plan device");
       plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, p->configs[static_cast<size_t>(i)], "plan config");
       plan.finalize("execution plan");
       int64_t n = 0;
@@ -223,7 +225,19 @@ cudnnHandle_t PlanCache::handle(cudaStream_t stream) {
 const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh) {
   auto it = plans_.find(key);
   *fresh = it == plans_.end();
-  if (*fresh) it = plans_.emplace(key, make_plan(make_graph(), handle_)).first;
+  if (*fresh) {
+    std::unique_ptr<Plan> made;
+    try {
+      made = make_plan(make_graph(), handle_);
+    } catch (const Failure& e) {
+      // One odd shape costs one fallback; a second refusal is more likely the environment
+      // (NVRTC, driver), where trying every new shape would cost a second each: off then.
+      refused_.insert(key);
+      if (refused_.size() >= 2) throw Failure(cat(e.what(), " (the second shape cuDNN refused)"));
+      throw NoPlan(e.what());
+    }
+    it = plans_.emplace(key, std::move(made)).first;
+  }
   return *it->second;
 }
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ namespace ditbatch::cuda::cudnn {
 // A failure while building or running a plan: the callers turn it into a fallback.
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+// cuDNN has no plan for one shape (the path stays on for the others).
+struct NoPlan : Failure {
+  using Failure::Failure;
 };
 
 // Why the cuDNN loaded at run time cannot serve a path that needs min_version (older, or
@@ -102,7 +107,8 @@ struct Plan {
 
 // Heuristics (mode A) on the graph, then the first engine config, in the heuristics' order,
 // whose execution plan finalizes (deterministic). With a handle: a plan for that handle's GPU.
-// With device_props instead (no GPU): the heuristics only, finalize_plan must be false.
+// With device_props instead (no GPU): the heuristics, and with finalize_plan a plan for that
+// device (precompiled engines finalize without a GPU; runtime-compiled ones need the driver).
 std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props = nullptr,
                                 bool finalize_plan = true);
 
@@ -118,8 +124,11 @@ class PlanCache {
 
   // The handle, bound to stream.
   cudnnHandle_t handle(cudaStream_t stream);
-  // The plan for key: built with make_graph() and this cache's handle the first time (then *fresh).
+  // The plan for key: built with make_graph() and this cache's handle the first time (then
+  // *fresh). A shape cuDNN has no plan for throws NoPlan and is remembered as refused; the
+  // second refused shape throws Failure (the caller then switches the path off).
   const Plan& plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh);
+  bool refused(const Key& key) const { return refused_.count(key) > 0; }
   // Destroys the plans and the handle (before the stream they are bound to goes).
   void release();
   void disable(const std::string& why);
@@ -131,6 +140,7 @@ class PlanCache {
   cudnnHandle_t handle_ = nullptr;
   std::string disabled_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::set<Key> refused_;
 };
 
 // Queues the plan on the handle's stream. uids and pointers pair up; workspace may be null

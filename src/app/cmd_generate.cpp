@@ -105,10 +105,15 @@ int threads_per_rank(const GenerateOptions& o, const World& world) {
 // The GPU of this rank: --device, else local rank modulo the visible GPUs (with one GPU per
 // task, as --gpus-per-task=1 gives, that is device 0). Ranks of a node that end up on one GPU
 // (found by its UUID, whatever index each rank sees) must be allowed by --ranks-per-gpu.
-int choose_device(const GenerateOptions& o, const World& world, const Log& log) {
-  if (o.backend_kind == "cpu") return -1;
+struct DeviceChoice {
+  int device = -1;  // -1: no GPU
+  int sharing = 1;  // ranks of this node on that GPU
+};
+
+DeviceChoice choose_device(const GenerateOptions& o, const World& world, const Log& log) {
+  if (o.backend_kind == "cpu") return {};
   const int gpus = visible_gpu_count();
-  if (gpus == 0) return -1;
+  if (gpus == 0) return {};
   if (o.device >= gpus) fail_input("--device {}: only {} GPU(s) visible", o.device, gpus);
   const int device = o.device >= 0 ? o.device : world.local_rank() % gpus;
   const std::vector<std::string> ids = world.node_allgather(gpu_identity(device));
@@ -118,7 +123,7 @@ int choose_device(const GenerateOptions& o, const World& world, const Log& log) 
                "one rank per GPU, or allow sharing with --ranks-per-gpu {}",
                sharing, world.host(), gpus, o.ranks_per_gpu, sharing);
   log.info("local rank {} -> GPU {} of {} visible ({} rank(s) on it)", world.local_rank(), device, gpus, sharing);
-  return device;
+  return {device, sharing};
 }
 
 struct RankReport {
@@ -282,8 +287,8 @@ int cmd_generate(const std::vector<std::string>& args) {
       log.info("shard {}{}", shard_mode_name(shard),
                slice.count > 1 ? fmt::format(", array slice {} of {}", slice.index, slice.count) : "");
     omp_set_num_threads(threads_per_rank(o, world));
-    const int device = choose_device(o, world, log);
-    std::unique_ptr<Backend> backend = make_backend(o.backend_kind, device, log);
+    const DeviceChoice gpu = choose_device(o, world, log);
+    std::unique_ptr<Backend> backend = make_backend(o.backend_kind, gpu.device, log);
     WeightStore weights = WeightStore::open(o.weights_path);
     if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
       int64_t width = 0, height = 0;
@@ -291,7 +296,7 @@ int cmd_generate(const std::vector<std::string>& args) {
         if (job.width * job.height > width * height) width = job.width, height = job.height;
       const DeviceMemoryPlan plan =
           plan_device_memory(weights, dtype_size(backend->act_dtype()), width, height, o.max_sequence_length);
-      check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name());
+      check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
       log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),
                static_cast<double>(memory->free_bytes) / double(1 << 30));
     }

@@ -192,6 +192,7 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
 
   const size_t n_blocks = w_.blocks.size();
+  DITBATCH_CHECK(n_blocks > 0, "transformer: no blocks (num_layers must be at least 1)");
   auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
   // Each block's first LayerNorm + modulation; for blocks after the first it is fused with
   // the previous block's last residual add (gated_add_layer_norm_modulate_).

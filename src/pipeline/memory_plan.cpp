@@ -80,25 +80,34 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
 }
 
 void check_device_memory(const DeviceMemoryPlan& plan, bool offload_text_encoder, const Backend::MemoryInfo& memory,
-                         const std::string& device) {
+                         const std::string& device, int ranks_on_device) {
   // What the CUDA context, cuBLAS / cuDNN handles and their kernels may still take, and room
-  // for fragmentation.
-  const int64_t margin = kGiB;
+  // for fragmentation, per process.
+  const int64_t ranks = std::max(1, ranks_on_device);
+  const int64_t margin = kGiB * ranks;
   const auto free_bytes = static_cast<int64_t>(memory.free_bytes);
-  const int64_t need = plan.peak(offload_text_encoder) + margin;
-  if (need <= free_bytes) return;
-  const std::string have = fmt::format("{} has {:.1f} GiB free of {:.1f} GiB", device, gib(free_bytes),
-                                       gib(static_cast<int64_t>(memory.total_bytes)));
-  if (!offload_text_encoder && plan.peak(true) + margin <= free_bytes)
-    fail_input("{}; this run needs about {:.1f} GiB ({}, + {:.0f} GiB margin). Run with --offload-text-encoder: "
-               "every prompt is encoded first and the text encoder freed before the transformer loads, which needs "
-               "about {:.1f} GiB here ({})",
-               have, gib(need), plan.describe(false), gib(margin), gib(plan.peak(true) + margin), plan.describe(true));
-  const std::string with_offload =
+  auto need = [&](bool offload) { return plan.peak(offload) * ranks + margin; };
+  if (need(offload_text_encoder) <= free_bytes) return;
+  const std::string have =
+      fmt::format("{} has {:.1f} GiB free of {:.1f} GiB", device, gib(free_bytes), gib(static_cast<int64_t>(memory.total_bytes)));
+  // "(text encoder ... = 58.2 GiB, + 1 GiB margin)", per rank when ranks share the GPU
+  auto why = [&](bool offload) {
+    return fmt::format("{}{}, + {:.0f} GiB margin", ranks > 1 ? fmt::format("{} ranks x (", ranks) : "",
+                       plan.describe(offload) + (ranks > 1 ? ")" : ""), gib(margin));
+  };
+  if (!offload_text_encoder && need(true) <= free_bytes)
+    fail_input("{}; this run needs about {:.1f} GiB ({}). Run with --offload-text-encoder: every prompt is encoded "
+               "first and the text encoder freed before the transformer loads, which needs about {:.1f} GiB here ({})",
+               have, gib(need(false)), why(false), gib(need(true)), why(true));
+  const std::string even_offloaded =
       offload_text_encoder ? " with --offload-text-encoder"
-                           : fmt::format(", and about {:.1f} GiB even with --offload-text-encoder", gib(plan.peak(true) + margin));
-  fail_input("{}; this run needs about {:.1f} GiB ({}, + {:.0f} GiB margin){}. Use a GPU with more free memory{}", have,
-             gib(need), plan.describe(offload_text_encoder), gib(margin), with_offload,
+                           : fmt::format(", and about {:.1f} GiB even with --offload-text-encoder", gib(need(true)));
+  const std::string advice = ranks > 1 ? fmt::format("Use fewer ranks per GPU (--ranks-per-gpu is letting {} share it) "
+                                                     "or a GPU with more free memory",
+                                                     ranks)
+                                       : "Use a GPU with more free memory";
+  fail_input("{}; this run needs about {:.1f} GiB ({}){}. {}{}", have, gib(need(offload_text_encoder)),
+             why(offload_text_encoder), even_offloaded, advice,
              memory.total_bytes > memory.free_bytes + static_cast<size_t>(2 * kGiB)
                  ? " (other processes hold part of this one: see nvidia-smi)"
                  : "");

@@ -31,8 +31,9 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
 
 // Throws an InputError with the plan, the device's memory and what to do, when the plan's peak
 // does not fit in free memory (less a margin for the CUDA context's later growth and
-// fragmentation).
+// fragmentation). ranks_on_device: processes that will each load the models onto this GPU
+// (--ranks-per-gpu), all checking at the same moment against the same free memory.
 void check_device_memory(const DeviceMemoryPlan& plan, bool offload_text_encoder, const Backend::MemoryInfo& memory,
-                         const std::string& device);
+                         const std::string& device, int ranks_on_device = 1);
 
 }  // namespace ditbatch

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "cudnn_graph.h"
 
 using namespace ditbatch;
@@ -36,14 +38,16 @@ std::string h200_json() {
   if (cudnnGetVersion() < kDevicelessVersion)                                                                 \
   GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " has no deviceless heuristics (needs >= 9.8)"
 
-// Heuristics for an H200; returns the plan (heuristics only) or fails the test with cuDNN's reason.
-std::unique_ptr<cudnn::Plan> heuristics_on_h200(cudnn::Graph graph) {
+// Heuristics for an H200 (and with finalize, an execution plan for it); returns the plan or
+// fails the test with cuDNN's reason.
+std::unique_ptr<cudnn::Plan> heuristics_on_h200(cudnn::Graph graph, bool finalize = false) {
   const cudnn::Desc props = cudnn::device_properties(h200_json());
   const std::string name = graph.name;
   try {
-    auto plan = cudnn::make_plan(std::move(graph), nullptr, &props, /*finalize_plan=*/false);
-    std::printf("[cudnn] %s: %lld engine configs, %lld usable on sm_90\n", name.c_str(),
-                static_cast<long long>(plan->engine_configs), static_cast<long long>(plan->usable_configs));
+    auto plan = cudnn::make_plan(std::move(graph), nullptr, &props, finalize);
+    std::printf("[cudnn] %s: %lld engine configs, %lld usable on sm_90%s\n", name.c_str(),
+                static_cast<long long>(plan->engine_configs), static_cast<long long>(plan->usable_configs),
+                finalize ? fmt::format(", plan finalized (workspace {} B)", plan->workspace).c_str() : "");
     return plan;
   } catch (const cudnn::Failure& e) {
     ADD_FAILURE() << name << ": " << e.what();
@@ -75,15 +79,18 @@ TEST(CudnnGraphs, SdpaHasAnEngineForTheDitShapesOnH200) {
 }
 
 // The VAE decoder's 3x3 convolutions of Qwen-Image at 1024x1024 (channels 16 -> 384 at the
-// latent 128x128, 384/192/96 further up) and the op tests' shape.
+// latent 128x128, 384/192/96 further up) and the op tests' shape. Their engines are
+// precompiled, so the execution plan itself finalizes for an H200 here too.
 TEST(CudnnGraphs, ConvolutionWithBiasHasAnEngineForTheVaeShapesOnH200) {
   SKIP_WITHOUT_DEVICELESS_CUDNN();
   const int64_t shapes[][4] = {{128, 128, 16, 384}, {128, 128, 384, 384}, {256, 256, 384, 192},
                                {512, 512, 192, 192}, {1024, 1024, 192, 96}, {1024, 1024, 96, 96}, {16, 9, 16, 8}};
   for (const auto& s : shapes) {
-    auto plan = heuristics_on_h200(cudnn::conv3x3_bias_graph(s[0], s[1], s[2], s[3], DType::BF16));
+    auto plan = heuristics_on_h200(cudnn::conv3x3_bias_graph(s[0], s[1], s[2], s[3], DType::BF16), /*finalize=*/true);
     ASSERT_TRUE(plan);
     EXPECT_GE(plan->usable_configs, 1);
+    EXPECT_TRUE(plan->plan.get() != nullptr);
+    EXPECT_GE(plan->workspace, 0);
   }
 }
 

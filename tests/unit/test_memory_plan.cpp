@@ -84,6 +84,13 @@ TEST(MemoryPlan, TheCheckPassesSuggestsOffloadOrRefuses) {
   // the same card half taken by someone else: the message points at them
   const std::string shared = test::input_error_of([&] { check_device_memory(p, true, mem(20 * kGiB, 80 * kGiB), "cuda:0"); });
   EXPECT_NE(shared.find("other processes hold part of this one"), std::string::npos) << shared;
+  // two ranks sharing an H200 (--ranks-per-gpu 2) each need their own copy
+  EXPECT_NO_THROW(check_device_memory(p, true, mem(139 * kGiB, 140 * kGiB), "cuda:0", 2));
+  const std::string two = test::input_error_of([&] { check_device_memory(p, false, mem(100 * kGiB, 140 * kGiB), "cuda:0", 2); });
+  EXPECT_NE(two.find("2 ranks x ("), std::string::npos) << two;
+  EXPECT_NE(two.find("Run with --offload-text-encoder"), std::string::npos) << two;
+  const std::string three = test::input_error_of([&] { check_device_memory(p, true, mem(100 * kGiB, 140 * kGiB), "cuda:0", 3); });
+  EXPECT_NE(three.find("Use fewer ranks per GPU"), std::string::npos) << three;
   // exactly at the threshold (peak + 1 GiB margin) it passes; one byte less, it does not
   EXPECT_NO_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB, 80 * kGiB), "cuda:0"));
   EXPECT_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB - 1, 80 * kGiB), "cuda:0"), InputError);
