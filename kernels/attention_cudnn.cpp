@@ -5,17 +5,7 @@
 
 namespace ditbatch::cuda {
 
-struct CudnnSdpa::Impl : cudnn::PlanCache {
-  using PlanCache::PlanCache;
-};
-
-CudnnSdpa::CudnnSdpa()
-    : impl_(std::make_unique<Impl>(cudnn::unusable_reason(kMinVersion, "the unified SDPA operation needs 9.13.1"))) {}
-CudnnSdpa::~CudnnSdpa() = default;
-void CudnnSdpa::release() { impl_->release(); }
-void CudnnSdpa::disable(const std::string& why) { impl_->disable(why); }
-bool CudnnSdpa::disabled() const { return impl_->disabled(); }
-std::string CudnnSdpa::status() const { return impl_->status(); }
+CudnnSdpa::CudnnSdpa() : CudnnPath(cudnn::unusable_reason(kMinVersion, "the unified SDPA operation needs 9.13.1")) {}
 
 bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void* o, DType dtype,
                          const AttentionShape& s, std::string* why) const {
@@ -28,7 +18,7 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
   if (s.causal) return no("causal (needs cuDNN >= 9.21)");
   if (s.H != s.Hkv) return no("grouped-query attention");
   if (s.Dh % 8 != 0 || s.Dh > 128) return no(cat("head dim ", s.Dh, " (multiple of 8, at most 128)"));
-  if (impl_->refused({s.Lq, s.Lk, s.H, s.Dh})) return no("cuDNN has no plan for this shape");
+  if (cache().refused({s.Lq, s.Lk, s.H, s.Dh})) return no("cuDNN has no plan for this shape");
   for (const void* p : {q, k, v, o})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return no("a tensor is not 16-byte aligned");
   return true;
@@ -37,10 +27,10 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
 CudnnSdpa::Result CudnnSdpa::run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o,
                                  const AttentionShape& s, std::string* error) {
   try {
-    const cudnnHandle_t handle = impl_->handle(ctx.stream);
+    const cudnnHandle_t handle = cache().handle(ctx.stream);
     bool fresh = false;
     const cudnn::Plan& plan =
-        impl_->plan({s.Lq, s.Lk, s.H, s.Dh}, [&] { return cudnn::sdpa_graph(s.Lq, s.Lk, s.H, s.Dh); }, &fresh);
+        cache().plan({s.Lq, s.Lk, s.H, s.Dh}, [&] { return cudnn::sdpa_graph(s.Lq, s.Lk, s.H, s.Dh); }, &fresh);
     DeviceBlock workspace;
     if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), "attention (cuDNN workspace)");
     float scale = s.scale;  // read at execute time (a by-value tensor)

@@ -12,16 +12,14 @@
 
 #include "core/dtype.h"
 #include "cuda_context.h"
+#include "cudnn_path.h"
 #include "launch.h"
 
 namespace ditbatch::cuda {
 
-class CudnnSdpa {
+class CudnnSdpa : public CudnnPath {
  public:
   CudnnSdpa();
-  ~CudnnSdpa();
-  CudnnSdpa(const CudnnSdpa&) = delete;
-  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
 
   static constexpr size_t kMinVersion = 91301;  // cudnnGetVersion() of 9.13.1
 
@@ -34,17 +32,6 @@ class CudnnSdpa {
   // Queues the attention on ctx.stream. Failed: *error says why and nothing was written.
   Result run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, const AttentionShape& s,
              std::string* error);
-  void disable(const std::string& why);
-  // Destroys the plans and the handle (before the stream they are bound to goes); a later
-  // run() makes them again.
-  void release();
-  bool disabled() const;
-  // "available (cuDNN 91900)" or "disabled: <why>".
-  std::string status() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ditbatch::cuda

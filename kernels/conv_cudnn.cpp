@@ -5,16 +5,7 @@
 
 namespace ditbatch::cuda {
 
-struct CudnnConv::Impl : cudnn::PlanCache {
-  using PlanCache::PlanCache;
-};
-
-CudnnConv::CudnnConv() : impl_(std::make_unique<Impl>(cudnn::unusable_reason(kMinVersion, "the convolution graph"))) {}
-CudnnConv::~CudnnConv() = default;
-void CudnnConv::release() { impl_->release(); }
-void CudnnConv::disable(const std::string& why) { impl_->disable(why); }
-bool CudnnConv::disabled() const { return impl_->disabled(); }
-std::string CudnnConv::status() const { return impl_->status(); }
+CudnnConv::CudnnConv() : CudnnPath(cudnn::unusable_reason(kMinVersion, "the convolution graph")) {}
 
 bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const void* y, DType dtype,
                          const ConvShape& s, std::string* why) const {
@@ -27,7 +18,7 @@ bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const v
   // 16-byte vectors of channels: the tensor-core engines need them (the VAE's conv_out, 3
   // channels, stays on im2col).
   if (s.Cin % 8 != 0 || s.Cout % 8 != 0) return no(cat("channels ", s.Cin, " -> ", s.Cout, " (multiples of 8)"));
-  if (impl_->refused({s.H, s.W, s.Cin, s.Cout})) return no("cuDNN has no plan for this shape");
+  if (cache().refused({s.H, s.W, s.Cin, s.Cout})) return no("cuDNN has no plan for this shape");
   for (const void* p : {x, w, bias, y})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return no("a tensor is not 16-byte aligned");
   return true;
@@ -36,9 +27,9 @@ bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const v
 CudnnConv::Result CudnnConv::run(const CudaContext& ctx, const void* x, const void* w, const void* bias, void* y,
                                  DType dtype, const ConvShape& s, std::string* error) {
   try {
-    const cudnnHandle_t handle = impl_->handle(ctx.stream);
+    const cudnnHandle_t handle = cache().handle(ctx.stream);
     bool fresh = false;
-    const cudnn::Plan& plan = impl_->plan(
+    const cudnn::Plan& plan = cache().plan(
         {s.H, s.W, s.Cin, s.Cout}, [&] { return cudnn::conv3x3_bias_graph(s.H, s.W, s.Cin, s.Cout, dtype); }, &fresh);
     DeviceBlock workspace;
     if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), "conv2d_3x3 (cuDNN workspace)");

@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "cuda_context.h"
+#include "cudnn_path.h"
 
 namespace ditbatch::cuda {
 
@@ -19,12 +20,9 @@ struct ConvShape {
   int64_t H = 0, W = 0, Cin = 0, Cout = 0;
 };
 
-class CudnnConv {
+class CudnnConv : public CudnnPath {
  public:
   CudnnConv();
-  ~CudnnConv();
-  CudnnConv(const CudnnConv&) = delete;
-  CudnnConv& operator=(const CudnnConv&) = delete;
 
   static constexpr size_t kMinVersion = 90000;
 
@@ -37,15 +35,6 @@ class CudnnConv {
   // Queues y = conv3x3(x, w) + bias on ctx.stream (all of `dtype`). Failed: *error says why.
   Result run(const CudaContext& ctx, const void* x, const void* w, const void* bias, void* y, DType dtype,
              const ConvShape& s, std::string* error);
-  void disable(const std::string& why);
-  bool disabled() const;
-  std::string status() const;
-  // Destroys the plans and the handle (before the stream they are bound to goes).
-  void release();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ditbatch::cuda

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "cudnn_path.h"
 
 namespace ditbatch::cuda::cudnn {
 
@@ -271,3 +272,15 @@ void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>&
 }
 
 }  // namespace ditbatch::cuda::cudnn
+
+namespace ditbatch::cuda {
+
+CudnnPath::CudnnPath(const std::string& unusable) : cache_(std::make_unique<cudnn::PlanCache>(unusable)) {}
+CudnnPath::~CudnnPath() = default;
+void CudnnPath::disable(const std::string& why) { cache_->disable(why); }
+void CudnnPath::release() { cache_->release(); }
+bool CudnnPath::disabled() const { return cache_->disabled(); }
+std::string CudnnPath::status() const { return cache_->status(); }
+cudnn::PlanCache& CudnnPath::cache() const { return *cache_; }
+
+}  // namespace ditbatch::cuda

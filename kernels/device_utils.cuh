@@ -70,4 +70,13 @@ void dispatch_float(DType t, const char* op, const char* what, F&& f) {
   }
 }
 
+// Three run-time dtypes at once (a kernel over three operands): f(T1{}, T2{}, T3{}).
+template <typename F>
+void dispatch_float3(const char* op, DType t1, const char* what1, DType t2, const char* what2, DType t3,
+                     const char* what3, F&& f) {
+  dispatch_float(t1, op, what1, [&](auto a) {
+    dispatch_float(t2, op, what2, [&](auto b) { dispatch_float(t3, op, what3, [&](auto c) { f(a, b, c); }); });
+  });
+}
+
 }  // namespace ditbatch::cuda

@@ -159,16 +159,13 @@ void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const voi
   if (rows < 0 || cols <= 0) fail(cat("gated_add_: rows ", rows, " cols ", cols));
   const int64_t n = rows * cols;
   if (n == 0) return;
-  dispatch_float(x_dtype, "gated_add_", "x", [&](auto a) {
+  dispatch_float3("gated_add_", x_dtype, "x", gate_dtype, "gate", y_dtype, "y",
+                  [&](auto a, auto g, auto b) {
     using TX = decltype(a);
-    dispatch_float(gate_dtype, "gated_add_", "gate", [&](auto g) {
-      using TG = decltype(g);
-      dispatch_float(y_dtype, "gated_add_", "y", [&](auto b) {
-        using TY = decltype(b);
-        gated_add_kernel<TX, TG, TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(
-            static_cast<TX*>(x), static_cast<const TG*>(gate), static_cast<const TY*>(y), n, cols);
-      });
-    });
+    using TG = decltype(g);
+    using TY = decltype(b);
+    gated_add_kernel<TX, TG, TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(
+        static_cast<TX*>(x), static_cast<const TG*>(gate), static_cast<const TY*>(y), n, cols);
   });
   ctx.launched("gated_add_");
 }

@@ -168,17 +168,14 @@ void rms_norm(const CudaContext& ctx, const void* x, DType x_dtype, const void* 
               DType y_dtype, int64_t rows, int64_t cols, float eps) {
   check_rows("rms_norm", rows, cols);
   if (rows == 0) return;
-  dispatch_float(x_dtype, "rms_norm", "x", [&](auto a) {
+  dispatch_float3("rms_norm", x_dtype, "x", w_dtype, "weight", y_dtype, "y",
+                  [&](auto a, auto b, auto c) {
     using TX = decltype(a);
-    dispatch_float(w_dtype, "rms_norm", "weight", [&](auto b) {
-      using TW = decltype(b);
-      dispatch_float(y_dtype, "rms_norm", "y", [&](auto c) {
-        using TY = decltype(c);
-        rms_norm_kernel<TX, TW, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
-            static_cast<const TX*>(x), static_cast<const TW*>(weight), static_cast<TY*>(y), rows,
-            static_cast<int>(cols), eps);
-      });
-    });
+    using TW = decltype(b);
+    using TY = decltype(c);
+    rms_norm_kernel<TX, TW, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+        static_cast<const TX*>(x), static_cast<const TW*>(weight), static_cast<TY*>(y), rows,
+        static_cast<int>(cols), eps);
   });
   ctx.launched("rms_norm");
 }
@@ -191,17 +188,14 @@ void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, c
     fail(cat("layer_norm_modulate: shift (", dtype_name(shift_dtype), ") and scale (", dtype_name(scale_dtype),
              ") must have one dtype"));
   if (rows == 0) return;
-  dispatch_float(x_dtype, "layer_norm_modulate", "x", [&](auto a) {
+  dispatch_float3("layer_norm_modulate", x_dtype, "x", shift_dtype, "shift and scale", y_dtype, "y",
+                  [&](auto a, auto b, auto c) {
     using TX = decltype(a);
-    dispatch_float(shift_dtype, "layer_norm_modulate", "shift and scale", [&](auto b) {
-      using TS = decltype(b);
-      dispatch_float(y_dtype, "layer_norm_modulate", "y", [&](auto c) {
-        using TY = decltype(c);
-        layer_norm_modulate_kernel<TX, TS, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
-            static_cast<const TX*>(x), static_cast<const TS*>(shift), static_cast<const TS*>(scale),
-            static_cast<TY*>(y), rows, static_cast<int>(cols), eps);
-      });
-    });
+    using TS = decltype(b);
+    using TY = decltype(c);
+    layer_norm_modulate_kernel<TX, TS, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+        static_cast<const TX*>(x), static_cast<const TS*>(shift), static_cast<const TS*>(scale),
+        static_cast<TY*>(y), rows, static_cast<int>(cols), eps);
   });
   ctx.launched("layer_norm_modulate");
 }
@@ -211,17 +205,14 @@ void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const v
   check_rows("l2_norm_scale", rows, cols);
   if (rows == 0) return;
   const float sqrt_cols = static_cast<float>(std::sqrt(static_cast<double>(cols)));  // python C**0.5 as f32
-  dispatch_float(x_dtype, "l2_norm_scale", "x", [&](auto a) {
+  dispatch_float3("l2_norm_scale", x_dtype, "x", g_dtype, "gamma", y_dtype, "y",
+                  [&](auto a, auto b, auto c) {
     using TX = decltype(a);
-    dispatch_float(g_dtype, "l2_norm_scale", "gamma", [&](auto b) {
-      using TG = decltype(b);
-      dispatch_float(y_dtype, "l2_norm_scale", "y", [&](auto c) {
-        using TY = decltype(c);
-        l2_norm_scale_kernel<TX, TG, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
-            static_cast<const TX*>(x), static_cast<const TG*>(gamma), static_cast<TY*>(y), rows,
-            static_cast<int>(cols), sqrt_cols);
-      });
-    });
+    using TG = decltype(b);
+    using TY = decltype(c);
+    l2_norm_scale_kernel<TX, TG, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+        static_cast<const TX*>(x), static_cast<const TG*>(gamma), static_cast<TY*>(y), rows,
+        static_cast<int>(cols), sqrt_cols);
   });
   ctx.launched("l2_norm_scale");
 }
@@ -232,17 +223,14 @@ void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void*
   const char* op = "gated_add_layer_norm_modulate_";
   check_rows(op, rows, cols);
   if (rows == 0) return;
-  dispatch_float(mod_dtype, op, "gate, shift and scale", [&](auto a) {
+  dispatch_float3(op, mod_dtype, "gate, shift and scale", y_dtype, "y", out_dtype, "out",
+                  [&](auto a, auto b, auto c) {
     using TM = decltype(a);
-    dispatch_float(y_dtype, op, "y", [&](auto b) {
-      using TY = decltype(b);
-      dispatch_float(out_dtype, op, "out", [&](auto c) {
-        using TO = decltype(c);
-        gated_add_layer_norm_modulate_kernel<TM, TY, TO><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
-            x, static_cast<const TM*>(gate), static_cast<const TY*>(y), static_cast<const TM*>(shift),
-            static_cast<const TM*>(scale), static_cast<TO*>(out), rows, static_cast<int>(cols), eps);
-      });
-    });
+    using TY = decltype(b);
+    using TO = decltype(c);
+    gated_add_layer_norm_modulate_kernel<TM, TY, TO><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+        x, static_cast<const TM*>(gate), static_cast<const TY*>(y), static_cast<const TM*>(shift),
+        static_cast<const TM*>(scale), static_cast<TO*>(out), rows, static_cast<int>(cols), eps);
   });
   ctx.launched(op);
 }
@@ -255,17 +243,14 @@ void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, c
     fail(cat(op, ": tokens ", tokens, " H ", H, " Dh ", Dh, " (Dh must be even)"));
   const int64_t head_rows = tokens * H;
   if (head_rows == 0) return;
-  dispatch_float(proj_dtype, op, "proj", [&](auto a) {
+  dispatch_float3(op, proj_dtype, "proj", w_dtype, "weight", out_dtype, "dst",
+                  [&](auto a, auto b, auto c) {
     using TP = decltype(a);
-    dispatch_float(w_dtype, op, "weight", [&](auto b) {
-      using TW = decltype(b);
-      dispatch_float(out_dtype, op, "dst", [&](auto c) {
-        using TO = decltype(c);
-        rms_norm_rope_kernel<TP, TW, TO><<<grid_for_rows(head_rows), kThreads, 0, ctx.stream>>>(
-            static_cast<const TP*>(proj), static_cast<const TW*>(weight), cos, sin, static_cast<TO*>(out), head_rows,
-            H, static_cast<int>(Dh / 2), eps);
-      });
-    });
+    using TW = decltype(b);
+    using TO = decltype(c);
+    rms_norm_rope_kernel<TP, TW, TO><<<grid_for_rows(head_rows), kThreads, 0, ctx.stream>>>(
+        static_cast<const TP*>(proj), static_cast<const TW*>(weight), cos, sin, static_cast<TO*>(out), head_rows,
+        H, static_cast<int>(Dh / 2), eps);
   });
   ctx.launched(op);
 }

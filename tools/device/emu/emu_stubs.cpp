@@ -38,9 +38,18 @@ void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
   gemm_reference(ctx, c);
 }
 
-struct CudnnSdpa::Impl {};
-CudnnSdpa::CudnnSdpa() : impl_(std::make_unique<Impl>()) {}
-CudnnSdpa::~CudnnSdpa() = default;
+// Both cuDNN paths: permanently off (no plan cache: cudnn_graph.cpp is not built here).
+namespace cudnn {
+class PlanCache {};
+}  // namespace cudnn
+CudnnPath::CudnnPath(const std::string&) {}
+CudnnPath::~CudnnPath() = default;
+void CudnnPath::disable(const std::string&) {}
+void CudnnPath::release() {}
+bool CudnnPath::disabled() const { return true; }
+std::string CudnnPath::status() const { return "disabled: CPU emulation has no cuDNN"; }
+
+CudnnSdpa::CudnnSdpa() : CudnnPath("") {}
 bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&,
                          std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
@@ -51,14 +60,8 @@ CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, c
   if (error) *error = "CPU emulation: no cuDNN";
   return Result::Failed;
 }
-void CudnnSdpa::disable(const std::string&) {}
-void CudnnSdpa::release() {}
-bool CudnnSdpa::disabled() const { return true; }
-std::string CudnnSdpa::status() const { return "disabled: CPU emulation has no cuDNN"; }
 
-struct CudnnConv::Impl {};
-CudnnConv::CudnnConv() : impl_(std::make_unique<Impl>()) {}
-CudnnConv::~CudnnConv() = default;
+CudnnConv::CudnnConv() : CudnnPath("") {}
 bool CudnnConv::eligible(const void*, const void*, const void*, const void*, DType, const ConvShape&,
                          std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
@@ -69,10 +72,6 @@ CudnnConv::Result CudnnConv::run(const CudaContext&, const void*, const void*, c
   if (error) *error = "CPU emulation: no cuDNN";
   return Result::Failed;
 }
-void CudnnConv::disable(const std::string&) {}
-void CudnnConv::release() {}
-bool CudnnConv::disabled() const { return true; }
-std::string CudnnConv::status() const { return "disabled: CPU emulation has no cuDNN"; }
 
 }  // namespace cuda
 }  // namespace ditbatch
