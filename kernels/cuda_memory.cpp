@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "cuda_check.h"
 
 namespace ditbatch::cuda {
@@ -54,9 +56,13 @@ void* DeviceAllocator::device_malloc(size_t size, const char* what) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    fail(cat(what, ": out of GPU memory on device ", device_, " allocating ", size, " bytes (", stats_.in_use,
-             " bytes in use by ditbatch, ", free_bytes, " of ", total_bytes, " bytes free on the device): ",
-             cudaGetErrorString(err)));
+    auto gib = [](size_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / double(1u << 30)); };
+    const size_t others = total_bytes - free_bytes > stats_.reserved ? total_bytes - free_bytes - stats_.reserved : 0;
+    fail(cat(what, ": out of GPU memory on device ", device_, " allocating ", gib(size), " (", gib(stats_.in_use),
+             " in use by ditbatch, ", gib(free_bytes), " of ", gib(total_bytes), " free; about ", gib(others),
+             " held by the CUDA context and other processes, see nvidia-smi): ", cudaGetErrorString(err),
+             ". A smaller image size, --offload-text-encoder or fewer ranks per GPU need less; `ditbatch inspect` "
+             "prints what a weight file needs"));
   }
   ++stats_.device_mallocs;
   stats_.reserved += size;

@@ -21,7 +21,7 @@ packages=(
   # Slurm end-to-end tests (#8)
   slurm-wlm slurmctld slurmd slurm-client munge
   # test helpers
-  python3 procps bc
+  python3 procps bc shellcheck
 )
 
 missing=()

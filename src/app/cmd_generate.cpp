@@ -43,8 +43,8 @@ void check_output_dir(const std::string& dir) {
   const std::string probe = temp_path_for(dir + "/.ditbatch-write-probe");
   try {
     write_file_atomic(probe, "probe");
-  } catch (const Error&) {
-    fail_input("--out {}: the folder is not writable", dir);
+  } catch (const Error& e) {
+    fail_input("--out {}: the folder is not writable ({})", dir, e.what());
   }
   std::filesystem::remove(probe, ec);
 }
@@ -231,8 +231,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (world.rank() == 0) {
     try {
       jobs_json = validate_input(o, log);
-    } catch (const InputError& e) {
+    } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
       error = e.what();
+      if (error.empty()) error = "checking the input failed";
     }
   }
   error = world.broadcast(error, 0);

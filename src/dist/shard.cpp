@@ -49,7 +49,11 @@ ArraySlice ArraySlice::resolve(int64_t index_option, int64_t count_option) {
   s.index = index_option >= 0 ? index_option : (task >= 0 ? (task - env_int("SLURM_ARRAY_TASK_MIN", 0)) / step : 0);
   s.count = count_option >= 1 ? count_option : (task >= 0 ? env_int("SLURM_ARRAY_TASK_COUNT", 1) : 1);
   if (s.count < 1 || s.index < 0 || s.index >= s.count)
-    fail_input("array index {} of {}: the index must be in [0, count)", s.index, s.count);
+    fail_input("array slice {} of {} ({}): the slice must be in [0, count)", s.index, s.count,
+               task >= 0 && (index_option < 0 || count_option < 1)
+                   ? fmt::format("from SLURM_ARRAY_TASK_ID {}, _MIN {}, _STEP {}, _COUNT {}", task,
+                                 env_int("SLURM_ARRAY_TASK_MIN", 0), step, env_int("SLURM_ARRAY_TASK_COUNT", 1))
+                   : "from --array-index / --array-count");
   return s;
 }
 

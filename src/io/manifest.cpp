@@ -1,5 +1,7 @@
 #include "io/manifest.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -24,7 +26,7 @@ ManifestPart::ManifestPart(const std::string& out_dir, const std::string& run_id
   if (ec) fail_input("{}: cannot create the manifest folder: {}", dir.string(), ec.message());
   path_ = (dir / fmt::format("{}-rank{:05d}.jsonl", run_id, rank)).string();
   file_ = std::fopen(path_.c_str(), "ab");
-  if (!file_) fail_input("{}: cannot open for appending", path_);
+  if (!file_) fail_input("{}: cannot open for appending: {}", path_, std::strerror(errno));
   ::flock(::fileno(file_), LOCK_EX);  // "this part's writer is alive" (see merge_manifest)
 }
 
@@ -82,7 +84,7 @@ std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir) {
 size_t merge_manifest(const std::string& out_dir) {
   const std::string lock_path = (fs::path(out_dir) / ".manifest.lock").string();
   const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
-  if (lock < 0) fail_input("{}: cannot create the manifest lock", lock_path);
+  if (lock < 0) fail_input("{}: cannot create the manifest lock: {}", lock_path, std::strerror(errno));
   ::flock(lock, LOCK_EX);
   // Parts whose writer is gone are locked (by us) before reading, so nothing can be appended
   // to them between the read and their removal; live parts are read and kept.

@@ -1,6 +1,7 @@
 #include "io/prompt_file.h"
 
 #include <nlohmann/json.hpp>
+#include <utf8proc.h>
 
 #include <set>
 
@@ -11,15 +12,17 @@ namespace ditbatch {
 
 namespace {
 
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as utf8proc
+// decodes it: the tokenizer and the JSON manifest both need well-formed text.
 bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    i += n;
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(s.size());
+  while (left > 0) {
+    utf8proc_int32_t code = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &code);
+    if (n <= 0 || code < 0) return false;
+    p += n;
+    left -= n;
   }
   return true;
 }

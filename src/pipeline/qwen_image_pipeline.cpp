@@ -20,19 +20,17 @@ QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weight
                kQwenImageTokenizerMaxLength);
   template_ = PromptTemplate::from_weights(weights);
   scheduler_ = SchedulerConfig::from(weights.component("scheduler").config());
-  // Validate every config now: a wrong file fails before any image work starts.
-  TransformerConfig::from(weights.component("transformer").config());
-  VaeConfig::from(weights.component("vae").config());
+  // Validate every config now: a wrong file fails before any weight is read.
+  const TransformerConfig transformer = TransformerConfig::from(weights.component("transformer").config());
+  const VaeConfig vae = VaeConfig::from(weights.component("vae").config());
   TextEncoderConfig::from(weights.component("text_encoder").config());
+  if (transformer.out_channels != vae.z_dim)
+    fail_input("{}: transformer out_channels {} != vae z_dim {}", weights.path(), transformer.out_channels, vae.z_dim);
   tokenizer_ = std::make_unique<Tokenizer>(
       Tokenizer::from_files(reader_->files(weights.component("tokenizer")), weights.path() + ":/tokenizer"));
 }
 
 QwenImagePipeline::~QwenImagePipeline() = default;
-
-int64_t QwenImagePipeline::latent_channels() const {
-  return TransformerConfig::from(weights_.component("transformer").config()).out_channels;
-}
 
 void QwenImagePipeline::load_text_encoder() {
   if (text_encoder_) return;
@@ -70,9 +68,6 @@ void QwenImagePipeline::load_denoiser() {
   const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
   transformer_ = std::make_unique<QwenImageTransformer>(be_, TransformerConfig::from(dit.config()), *reader_->binder(dit));
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
-  if (transformer_->config().out_channels != vae_->config().z_dim)
-    fail_input("{}: transformer out_channels {} != vae z_dim {}", weights_.path(), transformer_->config().out_channels,
-               vae_->config().z_dim);
   log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,
             transformer_->config().num_attention_heads, transformer_->config().attention_head_dim, load.seconds());
 }

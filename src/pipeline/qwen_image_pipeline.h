@@ -63,7 +63,6 @@ class QwenImagePipeline {
 
   const SchedulerConfig& scheduler_config() const { return scheduler_; }
   Backend& backend() { return be_; }
-  int64_t latent_channels() const;
 
  private:
   Backend& be_;

@@ -3,7 +3,7 @@
 # (tests/slurm/cluster.sh: munged + slurmctld + slurmd on loopback, in a temp dir).
 # usage: slurm_test.sh CASE BUILD_DIR TINY_MODEL
 #   CASE: lint | generate | multinode | array | preempt | kill | badprompt
-# Exit 0 pass, 1 fail, 77 skip (slurmctld not installed; lint: shellcheck not installed).
+# Exit 0 pass, 1 fail, 77 skip (slurmctld not installed).
 # Every case starts its own cluster and stops it (by PID) on any exit. DITBATCH_KEEP_TMP=1
 # keeps the work folder.
 set -euo pipefail
@@ -21,8 +21,11 @@ note() { echo "[$((SECONDS - t_start))s] $*"; }
 fail() { echo "FAIL ($case_name): $*"; exit 1; }
 
 if [ "$case_name" = lint ]; then
-  command -v shellcheck >/dev/null || { echo "SKIP: shellcheck is not installed"; exit 77; }
-  shellcheck "$jobs"/*.sbatch "$here"/*.sh || fail "shellcheck"
+  if command -v shellcheck >/dev/null; then
+    shellcheck "$jobs"/*.sbatch "$here"/*.sh || fail "shellcheck"
+  else
+    echo "NOTE: shellcheck is not installed (tools/install-deps.sh): checking the scripts' shared body only"
+  fi
   # The three scripts share their body: only the header (#SBATCH lines, comments) differs.
   body() { sed -n '/^# ---- nothing below needs editing/,$p' "$1"; }
   for s in generate-multinode generate-array; do

@@ -17,16 +17,19 @@ namespace ditbatch::test {
     if (cuda_device_count() == 0) GTEST_SKIP() << "GPU test skipped: " << cuda_describe_devices(); \
   } while (0)
 
-// The environment's options (DITBATCH_CUDA_ATTENTION lets tools/device/check.sh keep cuDNN out
-// of a run) with this activation dtype; `checked` adds poisoned allocations and synchronous
-// launches (a fault names its op).
+// The environment's options (DITBATCH_CUDA_ATTENTION / _CONV let tools/device/check.sh keep
+// cuDNN out of a run, DITBATCH_CUDA_POISON / _SYNC add checks) with this activation dtype;
+// `checked` adds poisoned allocations and synchronous launches (a fault names its op). The
+// cuDNN self-check is off: it would replace a wrong cuDNN output with ours, and the tests must
+// see cuDNN's own.
 inline std::unique_ptr<CudaBackend> make_cuda_test_backend(DType act, bool checked,
                                                            std::optional<CudaAttentionPath> attention = std::nullopt) {
   CudaBackendOptions o = CudaBackendOptions::from_env(0);
   o.act_dtype = act;
   if (attention) o.attention = *attention;
-  o.poison = checked;
-  o.sync_each_op = checked;
+  o.poison = o.poison || checked;
+  o.sync_each_op = o.sync_each_op || checked;
+  o.cudnn_self_check = false;
   return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
 }
 

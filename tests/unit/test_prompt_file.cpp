@@ -92,6 +92,10 @@ TEST(PromptFile, EveryMalformedCaseNamesFileLineAndField) {
   check("{\"prompt\": \"x\", \"name\": \"a\"}\n{\"prompt\": \"y\", \"name\": \"a\"}\n",
         "bad.jsonl:2: name \"a\" is already used by bad.jsonl:1");
   check(std::string("{\"prompt\": \"\xff\"}\n"), "bad.jsonl:1: not valid UTF-8");
+  // well-formed in shape, not in value: a UTF-16 surrogate, an overlong '/', past U+10FFFF
+  check(std::string("{\"prompt\": \"ok\"}\n{\"prompt\": \"\xed\xa0\x80\"}\n"), "bad.jsonl:2: not valid UTF-8");
+  check(std::string("{\"prompt\": \"\xc0\xaf\"}\n"), "bad.jsonl:1: not valid UTF-8");
+  check(std::string("{\"prompt\": \"\xf5\x80\x80\x80\"}\n"), "bad.jsonl:1: not valid UTF-8");
   EXPECT_NE(test::input_error_of([] { parse_prompt_text("x", "prompts.csv"); }).find("unknown prompt file type"), std::string::npos);
 }
 

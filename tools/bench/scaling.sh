@@ -9,18 +9,23 @@ exe=$build/ditbatch
 work=$(mktemp -d /tmp/ditbatch-scaling-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-"$exe" make-tiny --out "$work/tiny.h5" > /dev/null 2>&1
+"$exe" make-tiny --out "$work/tiny.h5" > /dev/null
 for i in $(seq 1 "$images"); do echo "scaling benchmark prompt $i"; done > "$work/prompts.txt"
 run() {  # run N -> seconds of wall time for the whole job
   local start end
   start=$(date +%s.%N)
-  mpiexec -n "$1" "$exe" generate --weights "$work/tiny.h5" --prompts "$work/prompts.txt" --out "$work/out$1" \
-    --width 256 --height 256 --steps 12 > "$work/log$1" 2>&1
+  if ! mpiexec -n "$1" "$exe" generate --weights "$work/tiny.h5" --prompts "$work/prompts.txt" --out "$work/out$1" \
+    --width 256 --height 256 --steps 12 > "$work/log$1" 2>&1; then
+    echo "scaling: the $1-rank run failed:" >&2
+    cat "$work/log$1" >&2
+    return 1
+  fi
   end=$(date +%s.%N)
   echo "$end - $start" | bc
 }
-t1=$(run 1)
-t2=$(run 2)
+# (set -e does not reach into $(...): check each run's status here)
+t1=$(run 1) || exit 1
+t2=$(run 2) || exit 1
 python3 - "$images" "$t1" "$t2" "$work/log1" "$work/log2" <<'PY'
 import re, sys
 n, t1, t2 = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])

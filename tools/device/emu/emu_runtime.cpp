@@ -1,4 +1,4 @@
-// CPU emulation of the CUDA runtime and execution model for tools/device/emulate.sh.
+// CPU emulation of the CUDA runtime and execution model for tools/device/emulate.py.
 //
 // A kernel launch runs its blocks one after another; a block's threads are fibers on this OS
 // thread (a 20-line x86-64 context switch), switched at __syncthreads and at warp shuffles,

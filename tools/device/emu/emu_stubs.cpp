@@ -1,4 +1,4 @@
-// What the CPU emulation (tools/device/emulate.sh) puts in place of the parts that need the
+// What the CPU emulation (tools/device/emulate.py) puts in place of the parts that need the
 // real libraries: every GEMM through the reference kernel (gemm_reference.cu, emulated like
 // every other kernel), cuDNN (SDPA and convolution) absent, one emulated device.
 #include <set>
@@ -13,7 +13,7 @@
 namespace ditbatch {
 
 int cuda_device_count() { return 1; }
-std::string cuda_describe_devices() { return "0: CPU emulation of a CUDA device (tools/device/emulate.sh)\n"; }
+std::string cuda_describe_devices() { return "0: CPU emulation of a CUDA device (tools/device/emulate.py)\n"; }
 std::string cuda_library_versions() { return "emulated: no cudart, cuBLASLt or cuDNN"; }
 std::string cuda_library_paths() { return ""; }
 std::string cuda_kernel_image_check() { return ""; }

@@ -1,4 +1,4 @@
-"""Turns a kernels/*.cu file into C++ for the CPU emulation (tools/device/emulate.sh):
+"""Turns a kernels/*.cu file into C++ for the CPU emulation (tools/device/emulate.py):
 kernel<<<grid, block, shared, stream>>>(args) becomes
 ::emu::launch(kernel, ::emu::Config(grid, block, shared, stream))(args), and the one
 dynamic shared-memory declaration becomes a pointer to the emulator's buffer."""

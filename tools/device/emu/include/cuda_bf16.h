@@ -1,4 +1,4 @@
-// CPU emulation (tools/device/emulate.sh): bf16 as the CUDA header rounds it.
+// CPU emulation (tools/device/emulate.py): bf16 as the CUDA header rounds it.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// CPU emulation of the CUDA runtime, for tools/device/emulate.sh only: just the part of the API
+// CPU emulation of the CUDA runtime, for tools/device/emulate.py only: just the part of the API
 // that kernels/ uses, plus the device-side names (threadIdx, __syncthreads, __shfl_sync, ...)
 // so that kernels/*.cu compile as C++ and run on the host. Threads are fibers; a block's
 // threads run interleaved on one OS thread, switching at barriers and warp shuffles.

@@ -1,4 +1,4 @@
-// CPU emulation (tools/device/emulate.sh).
+// CPU emulation (tools/device/emulate.py).
 #pragma once
 #include <limits>
 #define CUDART_INF_F (std::numeric_limits<float>::infinity())
