@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 
@@ -31,6 +32,11 @@ inline std::unique_ptr<CudaBackend> make_cuda_test_backend(DType act, bool check
   o.sync_each_op = o.sync_each_op || checked;
   o.cudnn_self_check = false;
   return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
+}
+
+// One line per measured figure, collected by tools/device/check.sh into its summary.
+inline void metric(const std::string& name, double value) {
+  std::printf("[cuda-metric] %s %.6g\n", name.c_str(), value);
 }
 
 }  // namespace ditbatch::test

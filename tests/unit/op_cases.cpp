@@ -77,30 +77,7 @@ OpCase attention_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t Dh
               {random_tensor({Lk, Hkv, Dh}, seed + 1, 2.0f), InputKind::Activation},
               {random_tensor({Lk, Hkv, Dh}, seed + 2), InputKind::Activation}};
   c.run = [scale, causal](Backend& be, std::vector<Tensor>& in) { return be.attention(in[0], in[1], in[2], scale, causal); };
-  c.reference = [=](const std::vector<Tensor>& in) {
-    std::vector<double> y(static_cast<size_t>(Lq * H * Dh));
-    std::vector<double> p(static_cast<size_t>(Lk));
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / (H / Hkv);
-      for (int64_t i = 0; i < Lq; ++i) {
-        const int64_t n = causal ? i + 1 : Lk;
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double s = 0;
-          for (int64_t d = 0; d < Dh; ++d) s += at(in[0], (i * H + h) * Dh + d) * at(in[1], (j * Hkv + g) * Dh + d);
-          p[static_cast<size_t>(j)] = s * scale;
-          mx = std::max(mx, p[static_cast<size_t>(j)]);
-        }
-        for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
-        for (int64_t d = 0; d < Dh; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < n; ++j) o += p[static_cast<size_t>(j)] * at(in[2], (j * Hkv + g) * Dh + d);
-          y[static_cast<size_t>((i * H + h) * Dh + d)] = o / sum;
-        }
-      }
-    }
-    return y;
-  };
+  c.reference = [=](const std::vector<Tensor>& in) { return attention_f64(in[0], in[1], in[2], scale, causal); };
   return c;
 }
 
@@ -285,6 +262,32 @@ OpCase gated_add_ln_case(bool check_x, int64_t R, int64_t C, uint32_t seed) {
 }
 
 }  // namespace
+
+std::vector<double> attention_f64(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) {
+  const int64_t Lq = q.dim(0), H = q.dim(1), Dh = q.dim(2), Lk = k.dim(0), Hkv = k.dim(1);
+  std::vector<double> y(static_cast<size_t>(Lq * H * Dh));
+  std::vector<double> p(static_cast<size_t>(Lk));
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / (H / Hkv);
+    for (int64_t i = 0; i < Lq; ++i) {
+      const int64_t n = causal ? i + 1 : Lk;
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < Dh; ++d) s += at(q, (i * H + h) * Dh + d) * at(k, (j * Hkv + g) * Dh + d);
+        p[static_cast<size_t>(j)] = s * scale;
+        mx = std::max(mx, p[static_cast<size_t>(j)]);
+      }
+      for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+      for (int64_t d = 0; d < Dh; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < n; ++j) o += p[static_cast<size_t>(j)] * at(v, (j * Hkv + g) * Dh + d);
+        y[static_cast<size_t>((i * H + h) * Dh + d)] = o / sum;
+      }
+    }
+  }
+  return y;
+}
 
 std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c) {
   std::vector<Tensor> out;

@@ -35,6 +35,9 @@ struct OpCase {
 };
 
 std::vector<OpCase> all_op_cases();
+// Scaled dot-product attention in float64 (q [Lq, H, Dh], k and v [Lk, Hkv, Dh], host f32),
+// flattened [Lq, H, Dh]: the attention cases' reference, and the CUDA attention tests'.
+std::vector<double> attention_f64(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal);
 // Uploads a case's inputs to a backend according to their kinds.
 std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c);
 

@@ -75,8 +75,7 @@ int64_t count_non_finite(const Tensor& t) {
   return n;
 }
 
-// One line per measured figure, collected by tools/device/check.sh into its summary.
-void metric(const std::string& name, double value) { std::printf("[cuda-metric] %s %.6g\n", name.c_str(), value); }
+using test::metric;
 
 // Naive bf16 attention as torch computes it in bf16 eager mode: Q K^T rounded to bf16, times
 // the scale rounded to bf16, softmax in fp32 rounded to bf16, P V rounded to bf16.
@@ -206,37 +205,13 @@ TEST_P(CudaAttention, EveryPathMeetsTheFlashAttentionRule) {
                                              be->upload(v, DType::BF16), scale, a.causal));
   EXPECT_EQ(count_non_finite(out), 0);
 
-  // float64 reference
-  std::vector<double> ref(static_cast<size_t>(a.Lq * a.H * a.Dh));
   {
     CpuBackend cpu;
     Tensor r = cpu.attention(q, k, v, scale, a.causal);  // fp32 CPU, a second opinion
     const double cpu_vs = test::nmse(out, r);
     EXPECT_LE(cpu_vs, 1e-4);
   }
-  {
-    const int64_t G = a.H / a.Hkv;
-    std::vector<double> p(static_cast<size_t>(a.Lk));
-    for (int64_t h = 0; h < a.H; ++h)
-      for (int64_t i = 0; i < a.Lq; ++i) {
-        const int64_t n = a.causal ? i + 1 : a.Lk;
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double s = 0;
-          for (int64_t d = 0; d < a.Dh; ++d)
-            s += static_cast<double>(q.data<float>()[(i * a.H + h) * a.Dh + d]) *
-                 k.data<float>()[(j * a.Hkv + h / G) * a.Dh + d];
-          p[static_cast<size_t>(j)] = s * scale;
-          mx = std::max(mx, p[static_cast<size_t>(j)]);
-        }
-        for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
-        for (int64_t d = 0; d < a.Dh; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j < n; ++j) o += p[static_cast<size_t>(j)] * v.data<float>()[(j * a.Hkv + h / G) * a.Dh + d];
-          ref[static_cast<size_t>((i * a.H + h) * a.Dh + d)] = o / sum;
-        }
-      }
-  }
+  const std::vector<double> ref = test::attention_f64(q, k, v, scale, a.causal);  // float64
   const std::vector<double> naive_d = naive_bf16_attention(q, k, v, scale, a.causal);
   const double naive = nmse_vs(Tensor::host_f32(out.shape(), std::vector<float>(naive_d.begin(), naive_d.end())), ref);
   const double err = nmse_vs(out, ref);

@@ -27,10 +27,9 @@ using namespace ditbatch;
 using test::batch_row;
 using test::nchw_to_nhwc;
 using test::squeeze0;
+using test::metric;
 
 namespace {
-
-void metric(const std::string& name, double value) { std::printf("[cuda-metric] %s %.6g\n", name.c_str(), value); }
 
 std::unique_ptr<CudaBackend> make_backend(DType act) { return test::make_cuda_test_backend(act, false); }
 
