@@ -79,29 +79,8 @@ std::string case_label(const GoldenCase& c) {
   return "case " + c.name + " (" + c.description + ")";
 }
 
-// A scratch folder removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ =
-        fs::temp_directory_path() / fmt::format("ditbatch-{}-{}-{}", info->test_suite_name(), info->name(), ::getpid());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
+using test::TempDir;
+using test::write_text;
 using test::input_error_of;
 
 // A copy of the tiny tokenizer folder (4000 merges: small enough to rewrite per test).
@@ -110,18 +89,18 @@ void copy_tiny_tokenizer(const TempDir& dir) {
     fs::copy_file(fs::path(kTinyTokenizerDir) / name, dir / name);
 }
 
-struct CommandResult {
+struct CliResult {  // stdout and stderr apart (test::run merges them)
   int status = -1;
   std::string out, err;
 };
 
 // Runs `ditbatch <args>` with `input` on stdin.
-CommandResult run_ditbatch(const std::string& args, const std::string& input, const TempDir& dir) {
+CliResult run_ditbatch(const std::string& args, const std::string& input, const TempDir& dir) {
   write_text(dir / "stdin.txt", input);
   const std::string command = fmt::format("'{}' {} < '{}' > '{}' 2> '{}'", DITBATCH_EXE, args, dir / "stdin.txt",
                                           dir / "stdout.txt", dir / "stderr.txt");
   const int raw = std::system(command.c_str());
-  CommandResult r;
+  CliResult r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   r.out = read_file(dir / "stdout.txt");
   r.err = read_file(dir / "stderr.txt");
@@ -362,7 +341,7 @@ TEST(TokenizerTiny, TokenizerJsonInBothMergeForms) {
                                      {"added_tokens", added_tokens},
                                      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}}}};
     write_text(dir / "tokenizer.json", tokenizer_json.dump());
-    Tokenizer tokenizer = Tokenizer::from_folder(dir.str());
+    Tokenizer tokenizer = Tokenizer::from_folder(dir.path());
     EXPECT_EQ(
         tokenize_prompt(tokenizer, prompt.read_bytes("prompt_utf8"), file.root().attr_string("template"), 34, 1024).ids,
         read_ids(prompt, "input_ids"));
@@ -417,7 +396,7 @@ TEST(TokenizerFiles, MissingMergesTxt) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   fs::remove(dir / "merges.txt");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "merges.txt"), std::string::npos) << message;
   EXPECT_NE(message.find("missing"), std::string::npos) << message;
 }
@@ -426,7 +405,7 @@ TEST(TokenizerFiles, MissingVocabJsonAndMissingFolder) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   fs::remove(dir / "vocab.json");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "vocab.json"), std::string::npos) << message;
   const std::string no_folder = input_error_of([&] { Tokenizer::from_folder(dir / "nowhere"); });
   EXPECT_NE(no_folder.find("nowhere"), std::string::npos) << no_folder;
@@ -436,7 +415,7 @@ TEST(TokenizerFiles, BadJsonInVocab) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   write_text(dir / "vocab.json", "{\"a\": 0, \"b\": }");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "vocab.json"), std::string::npos) << message;
   EXPECT_NE(message.find("bad JSON"), std::string::npos) << message;
 }
@@ -445,7 +424,7 @@ TEST(TokenizerFiles, BadJsonInTokenizerConfig) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   write_text(dir / "tokenizer_config.json", "{\"added_tokens_decoder\": [");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "tokenizer_config.json"), std::string::npos) << message;
 }
 
@@ -453,7 +432,7 @@ TEST(TokenizerFiles, MergeWithAnUnknownSymbol) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   write_text(dir / "merges.txt", "#version: 0.2\n\u0120 \u0120\nzzq\u00D7 t\n");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "merges.txt line 3"), std::string::npos) << message;
   EXPECT_NE(message.find("zzq\u00D7"), std::string::npos) << message;
   EXPECT_NE(message.find("vocab.json"), std::string::npos) << message;
@@ -463,7 +442,7 @@ TEST(TokenizerFiles, MergeWhoseProductIsNotInTheVocab) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   write_text(dir / "merges.txt", "#version: 0.2\nQ Z\n");  // both bytes exist, "QZ" does not
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find("merges.txt line 2"), std::string::npos) << message;
   EXPECT_NE(message.find("\"QZ\""), std::string::npos) << message;
 }
@@ -472,7 +451,7 @@ TEST(TokenizerFiles, MergeLineThatIsNotTwoSymbols) {
   TempDir dir;
   copy_tiny_tokenizer(dir);
   write_text(dir / "merges.txt", "#version: 0.2\n\u0120 \u0120\nthree parts here\n");
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "merges.txt line 3"), std::string::npos) << message;
   EXPECT_NE(message.find("three parts here"), std::string::npos) << message;
 }
@@ -482,7 +461,7 @@ TEST(TokenizerFiles, AddedTokenIdCollidesWithTheVocab) {
   copy_tiny_tokenizer(dir);
   fs::remove(dir / "tokenizer_config.json");
   write_text(dir / "added_tokens.json", "{\"<|im_end|>\": 100}");  // id 100 is a vocabulary symbol
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "added_tokens.json"), std::string::npos) << message;
   EXPECT_NE(message.find("<|im_end|>"), std::string::npos) << message;
   EXPECT_NE(message.find("100"), std::string::npos) << message;
@@ -497,7 +476,7 @@ TEST(TokenizerFiles, AddedTokenFilesDisagree) {
   added.replace(added.find("4258"), 4, "4257");
   added.replace(added.find("XXXX"), 4, "4258");
   write_text(dir / "added_tokens.json", added);
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find("tokenizer_config.json"), std::string::npos) << message;
   EXPECT_NE(message.find("added_tokens.json"), std::string::npos) << message;
 }
@@ -508,7 +487,7 @@ TEST(TokenizerFiles, DuplicateIdInVocab) {
   nlohmann::json vocab = nlohmann::json::parse(read_file(dir / "vocab.json"));
   vocab["zz\u00D7duplicate"] = 7;
   write_text(dir / "vocab.json", vocab.dump());
-  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.str()); });
+  const std::string message = input_error_of([&] { Tokenizer::from_folder(dir.path()); });
   EXPECT_NE(message.find(dir / "vocab.json"), std::string::npos) << message;
   EXPECT_NE(message.find("id 7"), std::string::npos) << message;
 }
@@ -527,11 +506,11 @@ TEST(TokenizerCommand, IdsForEveryGoldenCase) {
   for (const GoldenCase& c : golden_cases()) input += nlohmann::json(c.text).dump() + "\n";
   const std::string tokenizer_arg = "tokenize --tokenizer '" + kRealTokenizerDir + "'";
 
-  const CommandResult plain = run_ditbatch(tokenizer_arg, input, dir);
+  const CliResult plain = run_ditbatch(tokenizer_arg, input, dir);
   ASSERT_EQ(plain.status, 0) << plain.err;
-  const CommandResult templated = run_ditbatch(tokenizer_arg + " --template", input, dir);
+  const CliResult templated = run_ditbatch(tokenizer_arg + " --template", input, dir);
   ASSERT_EQ(templated.status, 0) << templated.err;
-  const CommandResult dropped = run_ditbatch(tokenizer_arg + " --template --drop", input, dir);
+  const CliResult dropped = run_ditbatch(tokenizer_arg + " --template --drop", input, dir);
   ASSERT_EQ(dropped.status, 0) << dropped.err;
 
   const auto plain_ids = parse_id_lines(plain.out), templated_ids = parse_id_lines(templated.out),
@@ -564,10 +543,10 @@ TEST(TokenizerCommand, TemplateFromTheWeightFile) {
   writer.finish();
 
   // "<|im_start|>", "user", "\n" (spec §5.1 ids), "Hello world" (§4.8), "<|im_end|>".
-  const CommandResult full = run_ditbatch("tokenize --template --tokenizer '" + path + "'", "\"Hello world\"\n", dir);
+  const CliResult full = run_ditbatch("tokenize --template --tokenizer '" + path + "'", "\"Hello world\"\n", dir);
   ASSERT_EQ(full.status, 0) << full.err;
   EXPECT_EQ(full.out, "[151644, 872, 198, 9707, 1879, 151645]\n");
-  const CommandResult dropped =
+  const CliResult dropped =
       run_ditbatch("tokenize --template --drop --tokenizer '" + path + "'", "\"Hello world\"\n", dir);
   ASSERT_EQ(dropped.status, 0) << dropped.err;
   EXPECT_EQ(dropped.out, "[9707, 1879, 151645]\n");
@@ -576,21 +555,21 @@ TEST(TokenizerCommand, TemplateFromTheWeightFile) {
 TEST(TokenizerCommand, BadInputLineIsExitStatus2) {
   TempDir dir;
   const std::string args = "tokenize --tokenizer '" + kTinyTokenizerDir + "'";
-  const CommandResult not_json = run_ditbatch(args, "\"A cat\"\nA dog\n", dir);
+  const CliResult not_json = run_ditbatch(args, "\"A cat\"\nA dog\n", dir);
   EXPECT_EQ(not_json.status, 2);
   EXPECT_NE(not_json.err.find("line 2"), std::string::npos) << not_json.err;
   EXPECT_EQ(std::count(not_json.out.begin(), not_json.out.end(), '\n'), 1) << "line 1 is answered before line 2 fails";
 
-  const CommandResult not_string = run_ditbatch(args, "\"A cat\"\n\"ok\"\n42\n", dir);
+  const CliResult not_string = run_ditbatch(args, "\"A cat\"\n\"ok\"\n42\n", dir);
   EXPECT_EQ(not_string.status, 2);
   EXPECT_NE(not_string.err.find("line 3"), std::string::npos) << not_string.err;
   EXPECT_NE(not_string.err.find("number"), std::string::npos) << not_string.err;
 
-  const CommandResult drop_alone = run_ditbatch(args + " --drop", "\"A cat\"\n", dir);
+  const CliResult drop_alone = run_ditbatch(args + " --drop", "\"A cat\"\n", dir);
   EXPECT_EQ(drop_alone.status, 2);
   EXPECT_NE(drop_alone.err.find("--template"), std::string::npos) << drop_alone.err;
 
-  const CommandResult no_tokenizer = run_ditbatch("tokenize --tokenizer '" + (dir / "missing") + "'", "", dir);
+  const CliResult no_tokenizer = run_ditbatch("tokenize --tokenizer '" + (dir / "missing") + "'", "", dir);
   EXPECT_EQ(no_tokenizer.status, 2);
   EXPECT_NE(no_tokenizer.err.find("missing"), std::string::npos) << no_tokenizer.err;
 }
