@@ -85,7 +85,7 @@ PY
     size=(--width 64 --height 64)
     gen 1 "$work/ref" --prompts "$work/many.txt" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
     setsid mpiexec -n 3 "$exe" generate --weights "$model" --out "$work/out" --prompts "$work/many.txt" \
-      --width 64 --height 64 --steps 3 > "$work/killed.log" 2>&1 &
+      "${size[@]}" --steps 3 > "$work/killed.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 600); do
       [ "$(ls "$work/out"/*.png 2>/dev/null | wc -l)" -ge 3 ] && break
@@ -101,10 +101,10 @@ PY
   weights-once)
     # 3 ranks on one node: bytes read from the weight file total about 1x the file.
     gen 3 "$work/out" --prompts "$prompts" --log-dir "$work/logs" > "$work/log" 2>&1 || { cat "$work/log"; fail "run"; }
-    size=$(stat -c %s "$model")
+    model_bytes=$(stat -c %s "$model")
     total=$(grep -o 'weights read from [^:]*: [0-9.]* MB in all' "$work/log" | grep -o '[0-9.]* MB' | grep -o '[0-9.]*')
     python3 -c "
-size, total = $size / 1e6, $total
+size, total = $model_bytes / 1e6, $total
 print(f'file {size:.1f} MB, read by all ranks {total:.1f} MB')
 assert 0.9 * size <= total <= 1.2 * size, 'weights were not read once per node'
 "
