@@ -29,6 +29,7 @@
 #include "attention_cudnn.h"
 #include "conv_cudnn.h"
 #include "core/error.h"
+#include "core/op_shapes.h"
 #include "cuda_check.h"
 #include "cuda_context.h"
 #include "cuda_device.h"
@@ -85,10 +86,6 @@ void expect_float(const char* op, const Tensor& t, const char* what) {
   expect_cuda(op, t, what);
   DITBATCH_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "{}: {} must be f32 or bf16, got {}", op, what,
                  t.describe());
-}
-
-void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
 }
 
 const char* path_name(CudaAttentionPath p) {
@@ -479,8 +476,7 @@ Tensor CudaBackend::to_host_f32(const Tensor& t) {
 void CudaBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
   expect_float("copy_rows_", dst, "dst");
   expect_float("copy_rows_", src, "src");
-  DITBATCH_CHECK(dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
-                 "copy_rows_: {} into rows [{}, {}) of {}", src.describe(), row, row + src.rows(), dst.describe());
+  op_shapes::rows_into("copy_rows_", dst, row, src);
   char* base = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
   cuda::convert(impl_->ctx, src.raw(), src.dtype(), base, dst.dtype(), src.numel());
 }
@@ -503,18 +499,12 @@ Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias,
   expect_float("linear", w, "w");
   DITBATCH_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16, "linear: output dtype must be f32 or bf16, got {}",
                  dtype_name(out_dtype));
-  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1), "linear: x {} and w {} (expected [.., K], [N, K])",
-                 x.describe(), w.describe());
-  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
-  if (bias) {
-    expect_float("linear", *bias, "bias");
-    DITBATCH_CHECK(bias->numel() == N, "linear: bias {} for N = {}", bias->describe(), N);
-  }
+  if (bias) expect_float("linear", *bias, "bias");
+  const auto [M, N, K] = op_shapes::linear("linear", x, w, bias);
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y = m.alloc(out_shape, out_dtype, "linear");
   if (M == 0 || N == 0) return y;
-  DITBATCH_CHECK(K > 0, "linear: x {} has no columns", x.describe());
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear: x converted to the weight dtype");
   const void* bp = m.bias_for(bias, out_dtype, bias_conv, "linear: bias in the output dtype");
@@ -528,10 +518,7 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   expect_float("linear_gelu", x, "x");
   expect_float("linear_gelu", w, "w");
   expect_float("linear_gelu", bias, "bias");
-  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1) && bias.numel() == w.dim(0),
-                 "linear_gelu: x {} w {} bias {} (expected [.., K], [N, K], [N])", x.describe(), w.describe(),
-                 bias.describe());
-  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  const auto [M, N, K] = op_shapes::linear("linear_gelu", x, w, &bias);
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y = m.alloc(out_shape, m.opt.act_dtype, "linear_gelu");
@@ -559,14 +546,8 @@ void CudaBackend::linear_into_(Tensor& dst, int64_t row, const Tensor& x, const 
   expect_float("linear_into_", x, "x");
   expect_float("linear_into_", w, "w");
   expect_float("linear_into_", bias, "bias");
-  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1) && bias.numel() == w.dim(0) && dst.cols() == w.dim(0) &&
-                     row >= 0 && row + x.rows() <= dst.rows(),
-                 "linear_into_: x {} w {} bias {} into rows [{}, {}) of dst {} (expected [M, K], [N, K], [N], "
-                 "dst [>= row + M, N])",
-                 x.describe(), w.describe(), bias.describe(), row, row + x.rows(), dst.describe());
-  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  const auto [M, N, K] = op_shapes::linear_into("linear_into_", dst, row, x, w, bias);
   if (M == 0 || N == 0) return;
-  DITBATCH_CHECK(K > 0, "linear_into_: x {} has no columns", x.describe());
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_into_: x converted to the weight dtype");
   const void* bp = m.bias_for(&bias, dst.dtype(), bias_conv, "linear_into_: bias in the output dtype");
@@ -580,14 +561,11 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
   expect_float("conv2d_3x3", x, "x");
   expect_float("conv2d_3x3", w, "w");
   expect_float("conv2d_3x3", bias, "bias");
-  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
-                 "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}", x.describe(),
-                 w.describe(), bias.describe());
+  op_shapes::conv2d_3x3(x, w, bias);
   const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0);
   const DType out_dtype = m.opt.act_dtype;
   Tensor y = m.alloc({H, W, Cout}, out_dtype, "conv2d_3x3");
   if (H * W == 0 || Cout == 0) return y;
-  DITBATCH_CHECK(Cin > 0, "conv2d_3x3: x {} has no channels", x.describe());
   DeviceBlock x_conv, bias_conv;
   const DType in_dtype = w.dtype();
   const void* xp = m.as_dtype(x, in_dtype, x_conv, "conv2d_3x3: x converted to the weight dtype");
@@ -619,14 +597,9 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
   expect_float("attention", q, "q");
   expect_float("attention", k, "k");
   expect_float("attention", v, "v");
-  DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) && k.dim(1) > 0 &&
-                     q.dim(1) % k.dim(1) == 0,
-                 "attention: q {} k {} v {} (expected [Lq, H, Dh], [Lk, Hkv, Dh] with H % Hkv == 0)", q.describe(),
-                 k.describe(), v.describe());
+  op_shapes::attention(q, k, v, causal);
   DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "attention: q {} k {} v {} must share one dtype",
                  q.describe(), k.describe(), v.describe());
-  DITBATCH_CHECK(!causal || q.dim(0) == k.dim(0), "attention: causal needs Lq == Lk, got {} and {}", q.dim(0),
-                 k.dim(0));
   cuda::AttentionShape s;
   s.Lq = q.dim(0);
   s.H = q.dim(1);
@@ -637,7 +610,6 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
   s.causal = causal;
   Tensor o = m.alloc({s.Lq, s.H, s.Dh}, q.dtype(), "attention");
   if (s.Lq == 0 || s.Dh == 0) return o;
-  DITBATCH_CHECK(s.Lk > 0, "attention: no keys (k {})", k.describe());
 
   const CudaAttentionPath path = m.opt.attention;
   if (path == CudaAttentionPath::Flash && s.Dh <= cuda::kFlashMaxHeadDim) {
@@ -671,7 +643,7 @@ Tensor CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   Impl& m = *impl_;
   expect_float("rms_norm", x, "x");
   expect_float("rms_norm", weight, "weight");
-  DITBATCH_CHECK(weight.numel() == x.cols(), "rms_norm: x {} weight {}", x.describe(), weight.describe());
+  op_shapes::row_vector("rms_norm", x, weight, "weight");
   Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "rms_norm");
   cuda::rms_norm(m.ctx, x.raw(), x.dtype(), weight.raw(), weight.dtype(), y.raw(), y.dtype(), x.rows(), x.cols(), eps);
   return y;
@@ -682,8 +654,8 @@ Tensor CudaBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, co
   expect_float("layer_norm_modulate", x, "x");
   expect_float("layer_norm_modulate", shift, "shift");
   expect_float("layer_norm_modulate", scale, "scale");
-  DITBATCH_CHECK(shift.numel() == x.cols() && scale.numel() == x.cols(), "layer_norm_modulate: x {} shift {} scale {}",
-                 x.describe(), shift.describe(), scale.describe());
+  op_shapes::row_vector("layer_norm_modulate", x, shift, "shift");
+  op_shapes::row_vector("layer_norm_modulate", x, scale, "scale");
   DITBATCH_CHECK(shift.dtype() == scale.dtype(), "layer_norm_modulate: shift {} and scale {} must share one dtype",
                  shift.describe(), scale.describe());
   Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "layer_norm_modulate");
@@ -696,7 +668,7 @@ Tensor CudaBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
   Impl& m = *impl_;
   expect_float("l2_norm_scale", x, "x");
   expect_float("l2_norm_scale", gamma, "gamma");
-  DITBATCH_CHECK(gamma.numel() == x.cols(), "l2_norm_scale: x {} gamma {}", x.describe(), gamma.describe());
+  op_shapes::row_vector("l2_norm_scale", x, gamma, "gamma");
   Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "l2_norm_scale");
   cuda::l2_norm_scale(m.ctx, x.raw(), x.dtype(), gamma.raw(), gamma.dtype(), y.raw(), y.dtype(), x.rows(), x.cols());
   return y;
@@ -721,7 +693,7 @@ Tensor CudaBackend::gelu_tanh(const Tensor& x) {
 Tensor CudaBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   expect_float("silu_mul", gate, "gate");
   expect_float("silu_mul", up, "up");
-  expect_same_shape("silu_mul", gate, up);
+  op_shapes::same_shape("silu_mul", gate, up);
   Tensor y = impl_->alloc(gate.shape(), gate.dtype(), "silu_mul");
   cuda::silu_mul(impl_->ctx, gate.raw(), gate.dtype(), up.raw(), up.dtype(), y.raw(), gate.numel());
   return y;
@@ -730,7 +702,7 @@ Tensor CudaBackend::silu_mul(const Tensor& gate, const Tensor& up) {
 void CudaBackend::add_(Tensor& x, const Tensor& y) {
   expect_float("add_", x, "x");
   expect_float("add_", y, "y");
-  expect_same_shape("add_", x, y);
+  op_shapes::same_shape("add_", x, y);
   cuda::add_inplace(impl_->ctx, x.raw(), x.dtype(), y.raw(), y.dtype(), x.numel());
 }
 
@@ -738,8 +710,8 @@ void CudaBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
   expect_float("gated_add_", x, "x");
   expect_float("gated_add_", gate, "gate");
   expect_float("gated_add_", y, "y");
-  expect_same_shape("gated_add_", x, y);
-  DITBATCH_CHECK(gate.numel() == x.cols(), "gated_add_: x {} gate {}", x.describe(), gate.describe());
+  op_shapes::same_shape("gated_add_", x, y);
+  op_shapes::row_vector("gated_add_", x, gate, "gate");
   cuda::gated_add_inplace(impl_->ctx, x.raw(), x.dtype(), gate.raw(), gate.dtype(), y.raw(), y.dtype(), x.rows(),
                           x.cols());
 }
@@ -756,12 +728,7 @@ void check_rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor
   expect_float(op, x, "x");
   expect_cuda(op, cos, "cos");
   expect_cuda(op, sin, "sin");
-  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32, "{}: cos {} and sin {} must be f32 tables", op,
-                 cos.describe(), sin.describe());
-  DITBATCH_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && cos.rank() == 2 && cos.shape() == sin.shape() &&
-                     cos.dim(0) == x.dim(0) && cos.dim(1) == x.dim(2) / 2,
-                 "{}: x {} (expected [L, H, Dh]) cos {} sin {} (expected [L, Dh/2])", op, x.describe(), cos.describe(),
-                 sin.describe());
+  op_shapes::rope(op, x, cos, sin);
 }
 }  // namespace
 
@@ -785,17 +752,10 @@ void CudaBackend::rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& pr
   expect_float(op, weight, "weight");
   expect_cuda(op, cos, "cos");
   expect_cuda(op, sin, "sin");
-  const int64_t tokens = proj.rows(), Dh = weight.numel();
-  DITBATCH_CHECK(proj.rank() == 2 && Dh > 0 && Dh % 2 == 0 && proj.cols() % Dh == 0 && dst.cols() == proj.cols() &&
-                     row >= 0 && row + tokens <= dst.rows(),
-                 "{}: proj {} (expected [tokens, H * Dh]) with weight {} (Dh, even) into rows [{}, {}) of dst {}", op,
-                 proj.describe(), weight.describe(), row, row + tokens, dst.describe());
-  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.rank() == 2 && cos.shape() == sin.shape() &&
-                     cos.dim(0) == tokens && cos.dim(1) == Dh / 2,
-                 "{}: cos {} sin {} (expected f32 [{}, {}])", op, cos.describe(), sin.describe(), tokens, Dh / 2);
+  const int64_t H = op_shapes::rms_norm_rope_into(dst, row, proj, weight, cos, sin);
   char* out = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
   cuda::rms_norm_rope(impl_->ctx, proj.raw(), proj.dtype(), weight.raw(), weight.dtype(), cos.data<float>(),
-                      sin.data<float>(), out, dst.dtype(), tokens, proj.cols() / Dh, Dh, eps);
+                      sin.data<float>(), out, dst.dtype(), proj.rows(), H, weight.numel(), eps);
 }
 
 Tensor CudaBackend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
@@ -811,10 +771,10 @@ Tensor CudaBackend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate
   // anything else takes the two-op path (same result, one more pass).
   if (x.dtype() != DType::F32 || gate.dtype() != shift.dtype() || shift.dtype() != scale.dtype())
     return Backend::gated_add_layer_norm_modulate_(x, gate, y, shift, scale, eps);
-  expect_same_shape(op, x, y);
-  DITBATCH_CHECK(gate.numel() == x.cols() && shift.numel() == x.cols() && scale.numel() == x.cols(),
-                 "{}: x {} gate {} shift {} scale {}", op, x.describe(), gate.describe(), shift.describe(),
-                 scale.describe());
+  op_shapes::same_shape(op, x, y);
+  op_shapes::row_vector(op, x, gate, "gate");
+  op_shapes::row_vector(op, x, shift, "shift");
+  op_shapes::row_vector(op, x, scale, "scale");
   Tensor out = m.alloc(x.shape(), m.opt.act_dtype, op);
   cuda::gated_add_layer_norm_modulate(m.ctx, x.data<float>(), gate.raw(), y.raw(), y.dtype(), shift.raw(),
                                       scale.raw(), shift.dtype(), out.raw(), out.dtype(), x.rows(), x.cols(), eps);
@@ -826,15 +786,8 @@ Tensor CudaBackend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate
 Tensor CudaBackend::embedding(const Tensor& table, const Tensor& ids) {
   Impl& m = *impl_;
   expect_float("embedding", table, "table");
-  DITBATCH_CHECK(table.rank() == 2 && ids.defined() && ids.rank() == 1 && ids.dtype() == DType::I64 &&
-                     ids.device() == Device::Host,
-                 "embedding: table {} (expected [V, D]) ids {} (expected host i64 [L])", table.describe(),
-                 ids.defined() ? ids.describe() : "undefined");
-  const int64_t L = ids.dim(0), V = table.dim(0), D = table.dim(1);
-  const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < L; ++i)
-    if (id[i] < 0 || id[i] >= V)
-      fail_input("token id {} at position {} is outside the embedding table of {} rows", id[i], i, V);
+  op_shapes::embedding(table, ids);
+  const int64_t L = ids.dim(0), D = table.dim(1);
   Tensor out = m.alloc({L, D}, DType::F32, "embedding");
   if (L == 0) return out;
   Tensor ids_dev = upload(ids, DType::I64);
@@ -844,7 +797,7 @@ Tensor CudaBackend::embedding(const Tensor& table, const Tensor& ids) {
 
 Tensor CudaBackend::upsample_nearest2x(const Tensor& x) {
   expect_float("upsample_nearest2x", x, "x");
-  DITBATCH_CHECK(x.rank() == 3, "upsample_nearest2x: x {} (expected [H, W, C])", x.describe());
+  op_shapes::image_hwc("upsample_nearest2x", x);
   const int64_t H = x.dim(0), W = x.dim(1), C = x.dim(2);
   Tensor y = impl_->alloc({2 * H, 2 * W, C}, x.dtype(), "upsample_nearest2x");
   if (C > 0) cuda::upsample_nearest2x(impl_->ctx, x.raw(), y.raw(), x.dtype(), H, W, C);
@@ -856,7 +809,7 @@ Tensor CudaBackend::upsample_nearest2x(const Tensor& x) {
 Tensor CudaBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
   expect_float("cfg_combine", cond, "cond");
   expect_float("cfg_combine", neg, "neg");
-  expect_same_shape("cfg_combine", cond, neg);
+  op_shapes::same_shape("cfg_combine", cond, neg);
   DITBATCH_CHECK(cond.dtype() == neg.dtype(), "cfg_combine: cond {} and neg {} must share one dtype", cond.describe(),
                  neg.describe());
   Tensor out = impl_->alloc(cond.shape(), DType::F32, "cfg_combine");
@@ -870,7 +823,7 @@ void CudaBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
   expect_cuda("euler_step_", x, "x");
   expect_float("euler_step_", v, "v");
   DITBATCH_CHECK(x.dtype() == DType::F32, "euler_step_: x {} must be f32 (the latents)", x.describe());
-  expect_same_shape("euler_step_", x, v);
+  op_shapes::same_shape("euler_step_", x, v);
   cuda::euler_step_inplace(impl_->ctx, x.data<float>(), v.raw(), v.dtype(), x.numel(), dt);
 }
 

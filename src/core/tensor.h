@@ -63,7 +63,11 @@ class Tensor {
   Device device() const { return buffer_ ? buffer_->device() : Device::Host; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   // Rows = product of all dims but the last; cols = the last dim. The view every row op uses.
-  int64_t rows() const { return shape_.empty() ? 1 : numel() / shape_.back(); }
+  int64_t rows() const {  // the leading dims' product (not numel / cols: cols may be 0)
+    int64_t r = 1;
+    for (size_t i = 0; i + 1 < shape_.size(); ++i) r *= shape_[i];
+    return r;
+  }
   int64_t cols() const { return shape_.empty() ? 1 : shape_.back(); }
 
   void* raw() const;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_shapes.h"
 
 // OpenBLAS's run-time kernel selection (DYNAMIC_ARCH builds export these; weak, so that a
 // build against another BLAS or a single-target OpenBLAS still links and skips the fix below).
@@ -64,10 +65,6 @@ void expect_f32(const char* op, const Tensor& t, const char* what) {
   DITBATCH_CHECK(t.defined() && t.device() == Device::Host && t.dtype() == DType::F32,
                  "{}: {} must be a host f32 tensor, got {}", op, what,
                  t.defined() ? t.describe() : "undefined");
-}
-
-void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
 }
 
 // tanh and exp in place over n values: SLEEF's vector functions where the CPU has them (the tail
@@ -201,9 +198,7 @@ Tensor CpuBackend::to_host_f32(const Tensor& t) { return t.to_f32(); }
 void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
   expect_f32("copy_rows_", dst, "dst");
   expect_f32("copy_rows_", src, "src");
-  DITBATCH_CHECK(dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
-                 "copy_rows_: {} into rows [{}, {}) of {}", src.describe(), row, row + src.rows(),
-                 dst.describe());
+  op_shapes::rows_into("copy_rows_", dst, row, src);
   std::memcpy(dst.data<float>() + row * dst.cols(), src.data<float>(), src.nbytes());
 }
 
@@ -213,15 +208,10 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
   expect_f32("linear", x, "x");
   expect_f32("linear", w, "w");
   DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
-  DITBATCH_CHECK(w.rank() == 2 && x.cols() == w.dim(1), "linear: x {} and w {} (expected [.., K], [N, K])",
-                 x.describe(), w.describe());
-  const int64_t M = x.rows(), K = x.cols(), N = w.dim(0);
+  if (bias) expect_f32("linear", *bias, "bias");
+  const auto [M, N, K] = op_shapes::linear("linear", x, w, bias);
   Shape out_shape = x.shape();
   out_shape.back() = N;
-  if (bias) {
-    expect_f32("linear", *bias, "bias");
-    DITBATCH_CHECK(bias->numel() == N, "linear: bias {} for N = {}", bias->describe(), N);
-  }
   Tensor y = Tensor::host(out_shape);
   float* yp = y.data<float>();
   if (M == 0 || N == 0) return y;
@@ -231,10 +221,7 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
     const float* b = bias->data<float>();
 #pragma omp parallel for schedule(static) if (M * N > kParallelMin)
     for (int64_t i = 0; i < M; ++i) std::memcpy(yp + i * N, b, static_cast<size_t>(N) * sizeof(float));
-  } else if (K == 0) {
-    std::fill(yp, yp + M * N, 0.0f);
   }
-  if (K == 0) return y;
   gemm_nt(M, N, K, x.data<float>(), K, w.data<float>(), K, bias ? 1.0f : 0.0f, yp, N);
   return y;
 }
@@ -243,9 +230,7 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
   expect_f32("conv2d_3x3", x, "x");
   expect_f32("conv2d_3x3", w, "w");
   expect_f32("conv2d_3x3", bias, "bias");
-  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
-                 "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}",
-                 x.describe(), w.describe(), bias.describe());
+  op_shapes::conv2d_3x3(x, w, bias);
   const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0), K = 9 * Cin;
   Tensor y = Tensor::host({H, W, Cout});
   // im2col over a band of rows at a time keeps the column buffer near 64 MB at any size.
@@ -287,12 +272,7 @@ Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, 
   expect_f32("attention", q, "q");
   expect_f32("attention", k, "k");
   expect_f32("attention", v, "v");
-  DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) &&
-                     k.dim(1) > 0 && q.dim(1) % k.dim(1) == 0,
-                 "attention: q {} k {} v {} (expected [Lq, H, Dh], [Lk, Hkv, Dh] with H % Hkv == 0)",
-                 q.describe(), k.describe(), v.describe());
-  DITBATCH_CHECK(!causal || q.dim(0) == k.dim(0), "attention: causal needs Lq == Lk, got {} and {}",
-                 q.dim(0), k.dim(0));
+  op_shapes::attention(q, k, v, causal);
   const int64_t Lq = q.dim(0), H = q.dim(1), Dh = q.dim(2), Lk = k.dim(0), Hkv = k.dim(1);
   const int64_t group = H / Hkv;
   constexpr int64_t BQ = 64, BK = 256;
@@ -359,7 +339,7 @@ Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, 
 Tensor CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   expect_f32("rms_norm", x, "x");
   expect_f32("rms_norm", weight, "weight");
-  DITBATCH_CHECK(weight.numel() == x.cols(), "rms_norm: x {} weight {}", x.describe(), weight.describe());
+  op_shapes::row_vector("rms_norm", x, weight, "weight");
   const int64_t R = x.rows(), C = x.cols();
   Tensor y = Tensor::host(x.shape());
   const float* xp = x.data<float>();
@@ -382,9 +362,8 @@ Tensor CpuBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, con
   expect_f32("layer_norm_modulate", x, "x");
   expect_f32("layer_norm_modulate", shift, "shift");
   expect_f32("layer_norm_modulate", scale, "scale");
-  DITBATCH_CHECK(shift.numel() == x.cols() && scale.numel() == x.cols(),
-                 "layer_norm_modulate: x {} shift {} scale {}", x.describe(), shift.describe(),
-                 scale.describe());
+  op_shapes::row_vector("layer_norm_modulate", x, shift, "shift");
+  op_shapes::row_vector("layer_norm_modulate", x, scale, "scale");
   const int64_t R = x.rows(), C = x.cols();
   Tensor y = Tensor::host(x.shape());
   const float* xp = x.data<float>();
@@ -414,7 +393,7 @@ Tensor CpuBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, con
 Tensor CpuBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
   expect_f32("l2_norm_scale", x, "x");
   expect_f32("l2_norm_scale", gamma, "gamma");
-  DITBATCH_CHECK(gamma.numel() == x.cols(), "l2_norm_scale: x {} gamma {}", x.describe(), gamma.describe());
+  op_shapes::row_vector("l2_norm_scale", x, gamma, "gamma");
   const int64_t R = x.rows(), C = x.cols();
   const float sqrt_c = static_cast<float>(std::sqrt(static_cast<double>(C)));  // python C**0.5 as f32
   Tensor y = Tensor::host(x.shape());
@@ -472,7 +451,7 @@ Tensor CpuBackend::gelu_tanh(const Tensor& x) {
 Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   expect_f32("silu_mul", gate, "gate");
   expect_f32("silu_mul", up, "up");
-  expect_same_shape("silu_mul", gate, up);
+  op_shapes::same_shape("silu_mul", gate, up);
   Tensor y = Tensor::host(gate.shape());
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
@@ -486,7 +465,7 @@ Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
 void CpuBackend::add_(Tensor& x, const Tensor& y) {
   expect_f32("add_", x, "x");
   expect_f32("add_", y, "y");
-  expect_same_shape("add_", x, y);
+  op_shapes::same_shape("add_", x, y);
   float* xp = x.data<float>();
   const float* yp = y.data<float>();
   const int64_t n = x.numel();
@@ -498,8 +477,8 @@ void CpuBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
   expect_f32("gated_add_", x, "x");
   expect_f32("gated_add_", gate, "gate");
   expect_f32("gated_add_", y, "y");
-  expect_same_shape("gated_add_", x, y);
-  DITBATCH_CHECK(gate.numel() == x.cols(), "gated_add_: x {} gate {}", x.describe(), gate.describe());
+  op_shapes::same_shape("gated_add_", x, y);
+  op_shapes::row_vector("gated_add_", x, gate, "gate");
   const int64_t R = x.rows(), C = x.cols();
   float* xp = x.data<float>();
   const float* g = gate.data<float>();
@@ -524,10 +503,7 @@ void check_rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor
   expect_f32(op, x, "x");
   expect_f32(op, cos, "cos");
   expect_f32(op, sin, "sin");
-  DITBATCH_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && cos.rank() == 2 && cos.shape() == sin.shape() &&
-                     cos.dim(0) == x.dim(0) && cos.dim(1) == x.dim(2) / 2,
-                 "{}: x {} (expected [L, H, Dh]) cos {} sin {} (expected [L, Dh/2])", op, x.describe(),
-                 cos.describe(), sin.describe());
+  op_shapes::rope(op, x, cos, sin);
 }
 }  // namespace
 
@@ -574,24 +550,18 @@ void CpuBackend::rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) {
 
 Tensor CpuBackend::embedding(const Tensor& table, const Tensor& ids) {
   expect_f32("embedding", table, "table");
-  DITBATCH_CHECK(table.rank() == 2 && ids.rank() == 1 && ids.dtype() == DType::I64 &&
-                     ids.device() == Device::Host,
-                 "embedding: table {} (expected [V, D]) ids {} (expected host i64 [L])", table.describe(),
-                 ids.describe());
-  const int64_t L = ids.dim(0), V = table.dim(0), D = table.dim(1);
+  op_shapes::embedding(table, ids);
+  const int64_t L = ids.dim(0), D = table.dim(1);
   Tensor y = Tensor::host({L, D});
   const int64_t* id = ids.data<int64_t>();
-  for (int64_t i = 0; i < L; ++i) {
-    if (id[i] < 0 || id[i] >= V)
-      fail_input("token id {} at position {} is outside the embedding table of {} rows", id[i], i, V);
+  for (int64_t i = 0; i < L; ++i)
     std::memcpy(y.data<float>() + i * D, table.data<float>() + id[i] * D, static_cast<size_t>(D) * 4);
-  }
   return y;
 }
 
 Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
   expect_f32("upsample_nearest2x", x, "x");
-  DITBATCH_CHECK(x.rank() == 3, "upsample_nearest2x: x {} (expected [H, W, C])", x.describe());
+  op_shapes::image_hwc("upsample_nearest2x", x);
   const int64_t H = x.dim(0), W = x.dim(1), C = x.dim(2);
   Tensor y = Tensor::host({2 * H, 2 * W, C});
   const float* xp = x.data<float>();
@@ -609,7 +579,7 @@ Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
 Tensor CpuBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
   expect_f32("cfg_combine", cond, "cond");
   expect_f32("cfg_combine", neg, "neg");
-  expect_same_shape("cfg_combine", cond, neg);
+  op_shapes::same_shape("cfg_combine", cond, neg);
   const int64_t R = cond.rows(), C = cond.cols();
   Tensor out = Tensor::host(cond.shape());
   const float* cp = cond.data<float>();
@@ -634,7 +604,7 @@ Tensor CpuBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scal
 void CpuBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
   expect_f32("euler_step_", x, "x");
   expect_f32("euler_step_", v, "v");
-  expect_same_shape("euler_step_", x, v);
+  op_shapes::same_shape("euler_step_", x, v);
   float* xp = x.data<float>();
   const float* vp = v.data<float>();
   const int64_t n = x.numel();

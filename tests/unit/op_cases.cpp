@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "test_util.h"
 
 namespace ditbatch::test {
@@ -492,6 +493,111 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(gated_add_ln_case(true, 33, 48, 46));
   cases.push_back(gated_add_ln_case(false, 5, 3072, 47));  // the DiT's width: 96 columns per lane
   return cases;
+}
+
+std::vector<ShapeMistake> all_shape_mistakes() {
+  // Inputs on the backend under test, in the dtypes the models use there (never zeros).
+  struct On {
+    Backend& be;
+    Tensor act(const Shape& s, uint32_t seed) { return be.upload(random_tensor(s, seed), be.act_dtype()); }
+    Tensor f32(const Shape& s, uint32_t seed) { return be.upload(random_tensor(s, seed), DType::F32); }
+    Tensor weight(const Shape& s, uint32_t seed) { return be.upload_weight(random_tensor(s, seed)); }
+  };
+  std::vector<ShapeMistake> m;
+  auto add = [&](std::string name, std::string op, std::string expected, std::function<void(On)> call) {
+    m.push_back({std::move(name), std::move(op), std::move(expected), [call](Backend& be) { call(On{be}); }});
+  };
+  add("linear_K_differs", "linear", "expected [.., K], [N, K]",
+      [](On o) { o.be.linear(o.act({4, 8}, 1), o.weight({6, 9}, 2)); });
+  add("linear_bias_length", "linear", "bias", [](On o) {
+    Tensor b = o.weight({5}, 3);
+    o.be.linear(o.act({4, 8}, 1), o.weight({6, 8}, 2), &b);
+  });
+  add("linear_no_columns", "linear", "no columns", [](On o) {
+    Tensor x = o.be.empty({4, 0}, o.be.act_dtype()), w = o.be.empty({6, 0}, o.be.act_dtype());
+    o.be.linear(x, w);
+  });
+  add("linear_gelu_bias_length", "linear_gelu", "bias",
+      [](On o) { o.be.linear_gelu(o.act({4, 8}, 1), o.weight({6, 8}, 2), o.weight({7}, 3)); });
+  add("linear_into_past_the_end", "linear_into_", "into rows [3, 7)", [](On o) {
+    Tensor dst = o.f32({6, 6}, 4);
+    o.be.linear_into_(dst, 3, o.act({4, 8}, 1), o.weight({6, 8}, 2), o.weight({6}, 3));
+  });
+  add("conv_weight_not_9_cin", "conv2d_3x3", "expected [Cout, 9*Cin]",
+      [](On o) { o.be.conv2d_3x3(o.act({4, 4, 3}, 1), o.weight({2, 24}, 2), o.weight({2}, 3)); });
+  add("attention_heads_not_grouped", "attention", "H % Hkv == 0",
+      [](On o) { o.be.attention(o.act({5, 3, 8}, 1), o.act({5, 2, 8}, 2), o.act({5, 2, 8}, 3), 0.3f, false); });
+  add("attention_causal_lengths", "attention", "causal needs Lq == Lk",
+      [](On o) { o.be.attention(o.act({5, 2, 8}, 1), o.act({6, 2, 8}, 2), o.act({6, 2, 8}, 3), 0.3f, true); });
+  add("attention_no_keys", "attention", "no keys", [](On o) {
+    Tensor kv = o.be.empty({0, 2, 8}, o.be.act_dtype());
+    o.be.attention(o.act({5, 2, 8}, 1), kv, kv, 0.3f, false);
+  });
+  add("rms_norm_weight_length", "rms_norm", "expected 8 values",
+      [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });
+  add("layer_norm_modulate_scale_length", "layer_norm_modulate", "scale",
+      [](On o) { o.be.layer_norm_modulate(o.f32({3, 8}, 1), o.act({8}, 2), o.act({9}, 3), 1e-6f); });
+  add("l2_norm_scale_gamma_length", "l2_norm_scale", "gamma",
+      [](On o) { o.be.l2_norm_scale(o.act({3, 8}, 1), o.weight({4}, 2)); });
+  add("silu_mul_shapes", "silu_mul", "shapes differ", [](On o) { o.be.silu_mul(o.act({3, 8}, 1), o.act({8, 3}, 2)); });
+  add("add_shapes", "add_", "shapes differ", [](On o) {
+    Tensor x = o.f32({3, 8}, 1);
+    o.be.add_(x, o.f32({3, 9}, 2));
+  });
+  add("gated_add_gate_length", "gated_add_", "gate", [](On o) {
+    Tensor x = o.f32({3, 8}, 1);
+    o.be.gated_add_(x, o.act({3}, 2), o.act({3, 8}, 3));
+  });
+  add("rope_table_rows", "rope_interleaved_", "expected [L, Dh/2]", [](On o) {
+    Tensor x = o.act({5, 2, 8}, 1);
+    o.be.rope_interleaved_(x, o.f32({4, 4}, 2), o.f32({4, 4}, 3));
+  });
+  add("rope_odd_head_dim", "rope_neox_", "expected [L, Dh/2]", [](On o) {
+    Tensor x = o.act({5, 2, 7}, 1);
+    o.be.rope_neox_(x, o.f32({5, 3}, 2), o.f32({5, 3}, 3));
+  });
+  add("rms_norm_rope_into_heads", "rms_norm_rope_into_", "expected [tokens, H * Dh]", [](On o) {
+    Tensor dst = o.act({5, 20}, 1);
+    o.be.rms_norm_rope_into_(dst, 0, o.act({5, 20}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f);
+  });
+  add("rms_norm_rope_into_past_the_end", "rms_norm_rope_into_", "into rows [2, 7)", [](On o) {
+    Tensor dst = o.act({6, 16}, 1);
+    o.be.rms_norm_rope_into_(dst, 2, o.act({5, 16}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f);
+  });
+  add("gated_add_layer_norm_modulate_shift_length", "gated_add_layer_norm_modulate_", "shift", [](On o) {
+    Tensor x = o.f32({3, 8}, 1);
+    o.be.gated_add_layer_norm_modulate_(x, o.act({8}, 2), o.act({3, 8}, 3), o.act({6}, 4), o.act({8}, 5), 1e-6f);
+  });
+  add("copy_rows_past_the_end", "copy_rows_", "into rows [4, 7)", [](On o) {
+    Tensor dst = o.f32({6, 8}, 1);
+    o.be.copy_rows_(dst, 4, o.f32({3, 8}, 2));
+  });
+  add("embedding_id_outside_the_table", "", "token id 9 at position 1 is outside the embedding table",
+      [](On o) { o.be.embedding(o.weight({9, 4}, 1), ids_tensor({2, 9, 0})); });
+  add("upsample_not_an_image", "upsample_nearest2x", "expected [H, W, C]",
+      [](On o) { o.be.upsample_nearest2x(o.act({4, 8}, 1)); });
+  add("cfg_combine_shapes", "cfg_combine", "shapes differ",
+      [](On o) { o.be.cfg_combine(o.f32({4, 8}, 1), o.f32({4, 7}, 2), 4.0f); });
+  add("euler_step_shapes", "euler_step_", "shapes differ", [](On o) {
+    Tensor x = o.f32({4, 8}, 1);
+    o.be.euler_step_(x, o.f32({8, 4}, 2), -0.1f);
+  });
+  return m;
+}
+
+std::string shape_mistake_failure(Backend& be, const ShapeMistake& mistake) {
+  try {
+    mistake.call(be);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (!mistake.op.empty() && what.rfind(mistake.op + ":", 0) != 0 &&
+        what.find(" " + mistake.op + ":") == std::string::npos)
+      return fmt::format("the error does not name {}: {}", mistake.op, what);
+    if (what.find(mistake.expected) == std::string::npos)
+      return fmt::format("the error does not say '{}': {}", mistake.expected, what);
+    return "";
+  }
+  return fmt::format("{} accepted the call", be.name());
 }
 
 }  // namespace ditbatch::test

@@ -41,4 +41,17 @@ std::vector<double> attention_f64(const Tensor& q, const Tensor& k, const Tensor
 // Uploads a case's inputs to a backend according to their kinds.
 std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c);
 
+// A call that breaks an op's shape contract (src/core/op_shapes.h): every backend must refuse
+// it with an error that names the op and what it expected.
+struct ShapeMistake {
+  std::string name;
+  std::string op;        // the error names it (empty: a user's input error, said in the user's terms)
+  std::string expected;  // and says this (the expectation, or the value that broke it)
+  std::function<void(Backend&)> call;
+};
+
+std::vector<ShapeMistake> all_shape_mistakes();
+// Runs the mistake on be: empty when be refused it as it should, else what went wrong.
+std::string shape_mistake_failure(Backend& be, const ShapeMistake& mistake);
+
 }  // namespace ditbatch::test

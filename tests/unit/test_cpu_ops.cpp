@@ -39,6 +39,20 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CpuOps, ::testing::Range<size_t>(0, test::all_o
                            return test::all_op_cases()[info.param].name;
                          });
 
+// The shared shape contract (src/core/op_shapes.h): each mistake refused, naming the op.
+class CpuShapeMistakes : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CpuShapeMistakes, RefusedNamingTheOp) {
+  const test::ShapeMistake mistake = test::all_shape_mistakes()[GetParam()];
+  CpuBackend be;
+  EXPECT_EQ(test::shape_mistake_failure(be, mistake), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, CpuShapeMistakes, ::testing::Range<size_t>(0, test::all_shape_mistakes().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) {
+                           return test::all_shape_mistakes()[info.param].name;
+                         });
+
 // Placement invariance on the CPU: the same bits whatever the thread count (every op case, plus
 // GEMMs big enough to span several tiles and to make OpenBLAS thread if it were allowed to).
 TEST(CpuOpsThreads, ResultsDoNotDependOnTheThreadCount) {

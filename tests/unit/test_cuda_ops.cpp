@@ -440,6 +440,16 @@ TEST(CudaDtypes, UnsupportedCombinationsFailNamingTheOp) {
   expect_error([&] { be->attention(q32, x3, x3, 1.0f, false); }, "attention");
 }
 
+// The shared shape contract (src/core/op_shapes.h), the same mistakes as on the CPU.
+TEST(CudaShapeMistakes, EachRefusedNamingTheOp) {
+  SKIP_WITHOUT_GPU();
+  for (DType act : {DType::BF16, DType::F32}) {
+    auto be = make_backend(act);
+    for (const test::ShapeMistake& mistake : test::all_shape_mistakes())
+      EXPECT_EQ(test::shape_mistake_failure(*be, mistake), "") << mistake.name << " in " << dtype_name(act) << " mode";
+  }
+}
+
 // ---- memory ---------------------------------------------------------------------------------
 
 TEST(CudaMemory, PoisonFillsNewAllocationsWithNaN) {

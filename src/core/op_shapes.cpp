@@ -1,0 +1,99 @@
+#include "core/op_shapes.h"
+
+#include "core/error.h"
+
+namespace ditbatch::op_shapes {
+
+namespace {
+std::string describe(const Tensor& t) { return t.defined() ? t.describe() : "undefined"; }
+}  // namespace
+
+void same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+}
+
+void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* what) {
+  DITBATCH_CHECK(v.numel() == x.cols(), "{}: x {} {} {} (expected {} values, one per column)", op, x.describe(), what,
+                 v.describe(), x.cols());
+}
+
+void rows_into(const char* op, const Tensor& dst, int64_t row, const Tensor& src) {
+  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
+                 "{}: {} into rows [{}, {}) of {}", op, src.describe(), row, row + src.rows(), dst.describe());
+}
+
+LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias) {
+  DITBATCH_CHECK(x.rank() >= 1 && w.rank() == 2 && x.cols() == w.dim(1),
+                 "{}: x {} and w {} (expected [.., K], [N, K])", op, x.describe(), w.describe());
+  const LinearDims d{x.rows(), w.dim(0), x.cols()};
+  if (bias) DITBATCH_CHECK(bias->numel() == d.N, "{}: bias {} for N = {}", op, bias->describe(), d.N);
+  DITBATCH_CHECK(d.K > 0 || d.M == 0 || d.N == 0, "{}: x {} has no columns", op, x.describe());
+  return d;
+}
+
+LinearDims linear_into(const char* op, const Tensor& dst, int64_t row, const Tensor& x, const Tensor& w,
+                       const Tensor& bias) {
+  const LinearDims d = linear(op, x, w, &bias);
+  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == d.N && row >= 0 && row + d.M <= dst.rows(),
+                 "{}: x {} w {} into rows [{}, {}) of dst {} (expected dst [>= row + M, N])", op, x.describe(),
+                 w.describe(), row, row + d.M, dst.describe());
+  return d;
+}
+
+void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
+                 "conv2d_3x3: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}", x.describe(),
+                 w.describe(), bias.describe());
+  DITBATCH_CHECK(x.dim(2) > 0 || x.dim(0) * x.dim(1) == 0 || w.dim(0) == 0, "conv2d_3x3: x {} has no channels",
+                 x.describe());
+}
+
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) && k.dim(1) > 0 &&
+                     q.dim(1) % k.dim(1) == 0,
+                 "attention: q {} k {} v {} (expected [Lq, H, Dh], [Lk, Hkv, Dh] with H % Hkv == 0)", q.describe(),
+                 k.describe(), v.describe());
+  DITBATCH_CHECK(!causal || q.dim(0) == k.dim(0), "attention: causal needs Lq == Lk, got {} and {}", q.dim(0),
+                 k.dim(0));
+  DITBATCH_CHECK(k.dim(0) > 0 || q.dim(0) == 0 || q.dim(2) == 0, "attention: no keys (k {})", k.describe());
+}
+
+void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32, "{}: cos {} and sin {} must be f32 tables", op,
+                 cos.describe(), sin.describe());
+  DITBATCH_CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && cos.rank() == 2 && cos.shape() == sin.shape() &&
+                     cos.dim(0) == x.dim(0) && cos.dim(1) == x.dim(2) / 2,
+                 "{}: x {} (expected [L, H, Dh]) cos {} sin {} (expected [L, Dh/2])", op, x.describe(), cos.describe(),
+                 sin.describe());
+}
+
+int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
+                           const Tensor& cos, const Tensor& sin) {
+  const char* op = "rms_norm_rope_into_";
+  const int64_t tokens = proj.rows(), Dh = weight.numel();
+  DITBATCH_CHECK(proj.rank() == 2 && Dh > 0 && Dh % 2 == 0 && proj.cols() % Dh == 0,
+                 "{}: proj {} (expected [tokens, H * Dh]) with norm weight {} (Dh, even)", op, proj.describe(),
+                 weight.describe());
+  rows_into(op, dst, row, proj);
+  DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.rank() == 2 && cos.shape() == sin.shape() &&
+                     cos.dim(0) == tokens && cos.dim(1) == Dh / 2,
+                 "{}: cos {} sin {} (expected f32 [{}, {}])", op, cos.describe(), sin.describe(), tokens, Dh / 2);
+  return proj.cols() / Dh;
+}
+
+void embedding(const Tensor& table, const Tensor& ids) {
+  DITBATCH_CHECK(table.rank() == 2 && ids.defined() && ids.rank() == 1 && ids.dtype() == DType::I64 &&
+                     ids.device() == Device::Host,
+                 "embedding: table {} (expected [V, D]) ids {} (expected host i64 [L])", table.describe(), describe(ids));
+  const int64_t L = ids.dim(0), V = table.dim(0);
+  const int64_t* id = ids.data<int64_t>();
+  for (int64_t i = 0; i < L; ++i)
+    if (id[i] < 0 || id[i] >= V)
+      fail_input("token id {} at position {} is outside the embedding table of {} rows", id[i], i, V);
+}
+
+void image_hwc(const char* op, const Tensor& x) {
+  DITBATCH_CHECK(x.rank() == 3, "{}: x {} (expected [H, W, C])", op, x.describe());
+}
+
+}  // namespace ditbatch::op_shapes
