@@ -2,6 +2,7 @@
 
 #include <sleef.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -123,11 +124,11 @@ TimestepConditioning QwenImageTransformer::condition(float tt) {
   return cond;
 }
 
-const QwenImageTransformer::RopeTables& QwenImageTransformer::rope_tables(int64_t h, int64_t w, int64_t text_len) {
-  const auto key = std::make_tuple(h, w, text_len);
+QwenImageTransformer::RopeTables QwenImageTransformer::rope_tables(RopeKind kind, int64_t h, int64_t w,
+                                                                   int64_t count) {
+  const auto key = std::make_tuple(kind, h, w, count);
   if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
-  if (rope_cache_.size() >= 16) rope_cache_.clear();  // many sizes in one run: keep memory bounded
-  RopeTables tables;
+  if (rope_cache_.size() >= 32) rope_cache_.clear();  // many sizes in one run: keep memory bounded
   // QwenEmbedRope(theta 10000, axes_dims_rope, scale_rope=True), spec §4.5. Pair m of a head
   // belongs to the frame axis, then height, then width; each axis has its own frequencies.
   const int64_t half = config_.attention_head_dim / 2;
@@ -152,43 +153,96 @@ const QwenImageTransformer::RopeTables& QwenImageTransformer::rope_tables(int64_
         sin_t.data<float>()[t * half + m] = std::sin(angle);
       }
     }
-    return std::pair{be_.upload(cos_t, DType::F32), be_.upload(sin_t, DType::F32)};
+    return RopeTables{be_.upload(cos_t, DType::F32), be_.upload(sin_t, DType::F32)};
   };
-  // Image positions are centred: rows -ceil(h/2) .. floor(h/2)-1, likewise columns; frame 0.
-  const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
-  std::tie(tables.img_cos, tables.img_sin) = fill(h * w, [&](int64_t token) {
-    return std::array<int64_t, 3>{0, token / w - h0, token % w - w0};
-  });
-  // Text token j sits at max(h/2, w/2) + j on all three axes.
-  const int64_t text_start = std::max(h / 2, w / 2);
-  std::tie(tables.txt_cos, tables.txt_sin) = fill(text_len, [&](int64_t token) {
-    return std::array<int64_t, 3>{text_start + token, text_start + token, text_start + token};
-  });
-  return rope_cache_.emplace(key, std::move(tables)).first->second;
+  RopeTables tables;
+  if (kind == RopeKind::Image) {
+    // Image positions are centred: rows -ceil(h/2) .. floor(h/2)-1, likewise columns; frame 0.
+    const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
+    tables = fill(count * h * w, [&](int64_t row) {
+      const int64_t token = row % (h * w);
+      return std::array<int64_t, 3>{0, token / w - h0, token % w - w0};
+    });
+  } else {
+    // Text token j sits at max(h/2, w/2) + j on all three axes.
+    const int64_t text_start = std::max(h / 2, w / 2);
+    tables = fill(count, [&](int64_t token) {
+      return std::array<int64_t, 3>{text_start + token, text_start + token, text_start + token};
+    });
+  }
+  return rope_cache_.emplace(key, tables).first->second;
 }
 
 Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h,
                                      int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
+  return forward_samples(latents, {{&text, text_valid}}, h, w, cond, hook);
+}
+
+std::pair<Tensor, Tensor> QwenImageTransformer::forward_cfg(const Tensor& latents, const Tensor& text,
+                                                            int64_t text_valid, const Tensor& neg_text,
+                                                            int64_t neg_valid, int64_t h, int64_t w,
+                                                            const TimestepConditioning& cond) {
+  const int64_t S = h * w;
+  Tensor v = forward_samples(latents, {{&text, text_valid}, {&neg_text, neg_valid}}, h, w, cond, nullptr);  // [2S, 64]
+  return {v.slice0(0, S), v.slice0(S, 2 * S)};
+}
+
+Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h,
+                                             int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
   const TransformerConfig& c = config_;
-  const int64_t S = h * w, L = text.dim(0), D = c.inner_dim(), H = c.num_attention_heads,
+  const int64_t B = static_cast<int64_t>(texts.size()), S = h * w, D = c.inner_dim(), H = c.num_attention_heads,
                 Dh = c.attention_head_dim;
+  DITBATCH_CHECK(B == 1 || B == 2, "transformer: {} samples in one forward (1, or 2 for true CFG)", B);
   DITBATCH_CHECK(latents.rank() == 2 && latents.dim(0) == S && latents.dim(1) == c.in_channels,
                  "transformer: latents {} for a {}x{} grid (expected [{}, {}])", latents.describe(), h, w, S,
                  c.in_channels);
-  DITBATCH_CHECK(text.rank() == 2 && text.dim(1) == c.joint_attention_dim && 0 < text_valid && text_valid <= L,
-                 "transformer: text {} with {} valid tokens (expected [L, {}])", text.describe(), text_valid,
-                 c.joint_attention_dim);
+  // Per sample b: L[b] text tokens of which Lv[b] are real, at rows [t_row[b], t_row[b] + L[b])
+  // of the text stream (the samples' texts stacked).
+  std::array<int64_t, 2> L{}, Lv{}, t_row{};
+  int64_t L_all = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor& text = *texts[static_cast<size_t>(b)].embeds;
+    const int64_t valid = texts[static_cast<size_t>(b)].valid;
+    DITBATCH_CHECK(text.rank() == 2 && text.dim(1) == c.joint_attention_dim && 0 < valid && valid <= text.dim(0),
+                   "transformer: text {} with {} valid tokens (expected [L, {}])", text.describe(), valid,
+                   c.joint_attention_dim);
+    L[b] = text.dim(0);
+    Lv[b] = valid;
+    t_row[b] = L_all;
+    L_all += L[b];
+  }
   DITBATCH_CHECK(cond.img_mod.size() == w_.blocks.size(), "transformer: conditioning for {} blocks, model has {}",
                  cond.img_mod.size(), w_.blocks.size());
   // 4096 positions each side of 0 in diffusers' tables; larger grids would index past them.
-  if (std::max(h, w) / 2 + L > 4096 || (std::max(h, w) + 1) / 2 > 4096)
-    fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L);
+  const int64_t L_max = std::max(L[0], L[1]);
+  if (std::max(h, w) / 2 + L_max > 4096 || (std::max(h, w) + 1) / 2 > 4096)
+    fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L_max);
 
-  const RopeTables& rope = rope_tables(h, w, L);
-  const Tensor &img_cos = rope.img_cos, &img_sin = rope.img_sin, &txt_cos = rope.txt_cos, &txt_sin = rope.txt_sin;
+  // The joint sequences, text first as in diffusers: sample 0 is [text 0; image 0]. Sample 1 is
+  // stored the other way round, [image 1; text 1] (attention does not depend on the order of
+  // its keys, nor a query's result on where the row sits), right after sample 0, so that the
+  // image rows of both samples are adjacent: one GEMM, one norm+RoPE for all of them.
+  // Q holds every text token, K and V only the real ones (the masked softmax).
+  const int64_t q_img = L[0], kv_img = Lv[0];                      // first image row in Q, in K/V
+  const std::array<int64_t, 2> q_txt{0, L[0] + B * S}, kv_txt{0, Lv[0] + B * S};  // sample b's text
+  const std::array<int64_t, 2> q_start{0, L[0] + S}, kv_start{0, Lv[0] + S};      // sample b's joint block
+  const int64_t q_rows = L_all + B * S, kv_rows = Lv[0] + Lv[1] + B * S;
 
-  Tensor x = w_.img_in(be_, latents, DType::F32);                                      // [S, D] residual, f32
-  Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text, w_.txt_norm, c.eps), DType::F32);  // [L, D]
+  const RopeTables img_rope = rope_tables(RopeKind::Image, h, w, B);  // [B * S, Dh/2]
+  std::array<RopeTables, 2> txt_rope;
+  for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, h, w, L[b]);
+
+  Tensor x = w_.img_in(be_, latents, DType::F32);  // [S, D] residual, f32
+  Tensor text_all = *texts[0].embeds;              // [L_all, J]
+  if (B == 2) {
+    Tensor x_both = be_.empty({B * S, D}, DType::F32);  // [2S, D]: both samples start from the same latents
+    be_.copy_rows_(x_both, 0, x);
+    be_.copy_rows_(x_both, S, x);
+    x = x_both;
+    text_all = be_.empty({L_all, c.joint_attention_dim}, texts[0].embeds->dtype());
+    for (int64_t b = 0; b < B; ++b) be_.copy_rows_(text_all, t_row[b], *texts[static_cast<size_t>(b)].embeds);
+  }
+  Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text_all, w_.txt_norm, c.eps), DType::F32);  // [L_all, D]
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
 
   const size_t n_blocks = w_.blocks.size();
@@ -196,8 +250,8 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
   auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
   // Each block's first LayerNorm + modulation; for blocks after the first it is fused with
   // the previous block's last residual add (gated_add_layer_norm_modulate_).
-  Tensor xm = be_.layer_norm_modulate(x, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps);         // [S, D]
-  Tensor cm = be_.layer_norm_modulate(c_stream, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps);  // [L, D]
+  Tensor xm = be_.layer_norm_modulate(x, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps);         // [B*S, D]
+  Tensor cm = be_.layer_norm_modulate(c_stream, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps);  // [L_all, D]
   Tensor final_in;  // LN(x) modulated by norm_out, made by the last block's fused add
 
   for (size_t i = 0; i < n_blocks; ++i) {
@@ -205,33 +259,44 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
     const Tensor& im = cond.img_mod[i];  // [6, D]
     const Tensor& tm = cond.txt_mod[i];
 
-    // ---- joint attention, text first: per-head RMSNorm + RoPE written straight into the
-    // joint Q and K, V projected straight into the joint V ----
-    // Masked (padding) text keys are left out: softmax over the rest is the masked softmax.
-    const Tensor cm_valid = cm.slice0(0, text_valid);                                  // [Lv, D]
-    const Tensor txt_cos_valid = txt_cos.slice0(0, text_valid), txt_sin_valid = txt_sin.slice0(0, text_valid);
-    Tensor q = be_.empty({L + S, D}, be_.act_dtype());                                 // [L + S, D]
-    Tensor k = be_.empty({text_valid + S, D}, be_.act_dtype());                        // [Lv + S, D]
-    Tensor v = be_.empty({text_valid + S, D}, be_.act_dtype());
-    be_.rms_norm_rope_into_(q, 0, blk.add_q_proj(be_, cm), blk.norm_added_q, txt_cos, txt_sin, c.eps);
-    be_.rms_norm_rope_into_(q, L, blk.to_q(be_, xm), blk.norm_q, img_cos, img_sin, c.eps);
-    be_.rms_norm_rope_into_(k, 0, blk.add_k_proj(be_, cm_valid), blk.norm_added_k, txt_cos_valid, txt_sin_valid,
-                            c.eps);
-    be_.rms_norm_rope_into_(k, text_valid, blk.to_k(be_, xm), blk.norm_k, img_cos, img_sin, c.eps);
-    blk.add_v_proj.into(be_, v, 0, cm_valid);
-    blk.to_v.into(be_, v, text_valid, xm);
-    Tensor o = be_.attention(q.view({L + S, H, Dh}), k.view({text_valid + S, H, Dh}),
-                             v.view({text_valid + S, H, Dh}), scale, false)
-                   .view({L + S, D});
-    Tensor attn_txt = blk.to_add_out(be_, o.slice0(0, L), DType::F32);   // [L, D]
-    Tensor attn_img = blk.to_out(be_, o.slice0(L, L + S), DType::F32);   // [S, D]
+    // ---- joint attention: per-head RMSNorm + RoPE written straight into the joint Q and K,
+    // V projected straight into the joint V ----
+    Tensor q = be_.empty({q_rows, D}, be_.act_dtype());   // [L_all + B*S, D]
+    Tensor k = be_.empty({kv_rows, D}, be_.act_dtype());  // [Lv_all + B*S, D]
+    Tensor v = be_.empty({kv_rows, D}, be_.act_dtype());
+    const Tensor text_q = blk.add_q_proj(be_, cm);  // [L_all, D]
+    const Tensor text_k = blk.add_k_proj(be_, cm);
+    for (int64_t b = 0; b < B; ++b) {
+      const RopeTables& tr = txt_rope[b];
+      be_.rms_norm_rope_into_(q, q_txt[b], text_q.slice0(t_row[b], t_row[b] + L[b]), blk.norm_added_q, tr.cos,
+                              tr.sin, c.eps);
+      be_.rms_norm_rope_into_(k, kv_txt[b], text_k.slice0(t_row[b], t_row[b] + Lv[b]), blk.norm_added_k,
+                              tr.cos.slice0(0, Lv[b]), tr.sin.slice0(0, Lv[b]), c.eps);
+      blk.add_v_proj.into(be_, v, kv_txt[b], cm.slice0(t_row[b], t_row[b] + Lv[b]));
+    }
+    be_.rms_norm_rope_into_(q, q_img, blk.to_q(be_, xm), blk.norm_q, img_rope.cos, img_rope.sin, c.eps);
+    be_.rms_norm_rope_into_(k, kv_img, blk.to_k(be_, xm), blk.norm_k, img_rope.cos, img_rope.sin, c.eps);
+    blk.to_v.into(be_, v, kv_img, xm);
+
+    Tensor attn_img = be_.empty({B * S, D}, DType::F32);  // [B*S, D]
+    Tensor attn_txt = be_.empty({L_all, D}, DType::F32);  // [L_all, D]
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t lq = L[b] + S, lk = Lv[b] + S;
+      Tensor o = be_.attention(q.slice0(q_start[b], q_start[b] + lq).view({lq, H, Dh}),
+                               k.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}),
+                               v.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}), scale, false)
+                     .view({lq, D});                               // [lq, D] in the sample's joint order
+      const int64_t o_img = b == 0 ? L[0] : 0, o_txt = b == 0 ? 0 : S;  // its image and text rows
+      blk.to_out.into(be_, attn_img, b * S, o.slice0(o_img, o_img + S));
+      blk.to_add_out.into(be_, attn_txt, t_row[b], o.slice0(o_txt, o_txt + L[b]));
+    }
 
     // ---- feed-forward (tanh-GELU), each stream with its own weights ----
     Tensor x_ff = be_.gated_add_layer_norm_modulate_(x, chunk(im, 2), attn_img, chunk(im, 3), chunk(im, 4), c.eps);
     Tensor c_ff =
         be_.gated_add_layer_norm_modulate_(c_stream, chunk(tm, 2), attn_txt, chunk(tm, 3), chunk(tm, 4), c.eps);
-    Tensor img_ff = blk.img_mlp_out(be_, blk.img_mlp_in.gelu(be_, x_ff), DType::F32);  // [S, D]
-    Tensor txt_ff = blk.txt_mlp_out(be_, blk.txt_mlp_in.gelu(be_, c_ff), DType::F32);  // [L, D]
+    Tensor img_ff = blk.img_mlp_out(be_, blk.img_mlp_in.gelu(be_, x_ff), DType::F32);  // [B*S, D]
+    Tensor txt_ff = blk.txt_mlp_out(be_, blk.txt_mlp_in.gelu(be_, c_ff), DType::F32);  // [L_all, D]
     if (i + 1 < n_blocks) {
       const Tensor& next_im = cond.img_mod[i + 1];
       const Tensor& next_tm = cond.txt_mod[i + 1];
@@ -246,7 +311,7 @@ Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, 
     }
     if (hook) hook(static_cast<int64_t>(i), c_stream, x);
   }
-  return w_.proj_out(be_, final_in, DType::F32);  // [S, 64]
+  return w_.proj_out(be_, final_in, DType::F32);  // [B*S, 64]
 }
 
 double QwenImageTransformer::forward_flops(const TransformerConfig& c, int64_t S, int64_t L) {

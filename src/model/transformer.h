@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -59,6 +60,13 @@ class QwenImageTransformer {
   // text_valid tokens are real (the rest is padding: masked as keys). -> velocity [S, 64].
   Tensor forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h, int64_t w,
                  const TimestepConditioning& cond, const BlockHook& hook = nullptr);
+  // True CFG's two passes over the same latents as one batch: the image-token work of both
+  // samples runs as one [2S, D] stream (each weight read once, half the kernel launches); only
+  // attention and the tiny text projections run per sample. The same velocities as forward()
+  // with text and with neg_text, to rounding. -> {velocity with text, with neg_text}, [S, 64] each.
+  std::pair<Tensor, Tensor> forward_cfg(const Tensor& latents, const Tensor& text, int64_t text_valid,
+                                        const Tensor& neg_text, int64_t neg_valid, int64_t h, int64_t w,
+                                        const TimestepConditioning& cond);
   // Multiply-adds of one forward (for GFLOP/s and MFU), excluding elementwise work.
   static double forward_flops(const TransformerConfig& config, int64_t image_tokens, int64_t text_tokens);
 
@@ -75,13 +83,23 @@ class QwenImageTransformer {
     std::vector<Block> blocks;
   };
   static void bind(WeightBinder& binder, Backend* be, const TransformerConfig& c, Weights& w);
-  // cos/sin tables [tokens, Dh/2] for the image grid and the text tokens (§4.5), built once per
-  // (h, w, text length) and kept: every step and both CFG passes reuse them.
-  struct RopeTables {
-    Tensor img_cos, img_sin, txt_cos, txt_sin;
+  // One sample's text: embeds [L, J], of which the first `valid` tokens are real.
+  struct TextInput {
+    const Tensor* embeds;
+    int64_t valid;
   };
-  const RopeTables& rope_tables(int64_t h, int64_t w, int64_t text_len);
-  std::map<std::tuple<int64_t, int64_t, int64_t>, RopeTables> rope_cache_;
+  // forward() of one sample, or of two sharing latents and conditioning -> [samples * S, 64].
+  Tensor forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h, int64_t w,
+                         const TimestepConditioning& cond, const BlockHook& hook);
+  // cos/sin tables [tokens, Dh/2] (§4.5), built once and kept: every step and both CFG passes
+  // reuse them. Image: the h x w grid, repeated `copies` times (a CFG batch's image rows);
+  // text: `count` tokens placed after an h x w grid.
+  struct RopeTables {
+    Tensor cos, sin;
+  };
+  enum class RopeKind { Image, Text };
+  RopeTables rope_tables(RopeKind kind, int64_t h, int64_t w, int64_t count);
+  std::map<std::tuple<RopeKind, int64_t, int64_t, int64_t>, RopeTables> rope_cache_;
 
   Backend& be_;
   TransformerConfig config_;

@@ -59,9 +59,10 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
 
   // The transformer's forward per joint token: the f32 streams x and c, the f32 outputs of the
   // attention and MLP projections, two modulated LayerNorm outputs, Q/K before and after the
-  // joint copy, V, O (28 x D bytes in all), and the MLP's GELU output (2 x F).
+  // joint copy, V, O (28 x D bytes in all), and the MLP's GELU output (2 x F); true CFG runs
+  // its two samples as one batch.
   const TransformerConfig tc = TransformerConfig::from(dit.config());
-  const int64_t tokens = (height / 16) * (width / 16) + text_tokens;
+  const int64_t tokens = 2 * ((height / 16) * (width / 16) + text_tokens);
   const int64_t forward = tokens * (28 * tc.inner_dim() + 2 * tc.ff_dim());
   // The VAE at full resolution: about five [H, W, base_dim] bf16 tensors alive, plus the
   // im2col band (256 MiB) when a convolution takes that path.

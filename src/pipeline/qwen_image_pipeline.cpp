@@ -107,10 +107,13 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
   for (int i = 0; i < schedule.steps(); ++i) {
     // Timestep-only work once per step, shared by the cond and negative passes.
     TimestepConditioning cond = transformer_->condition(schedule.model_time(i));
-    Tensor velocity = transformer_->forward(latents, prompt.embeds, prompt.tokens, h, w, cond);
-    if (job.true_cfg) {
-      Tensor negative_velocity = transformer_->forward(latents, negative->embeds, negative->tokens, h, w, cond);
-      velocity = be_.cfg_combine(velocity, negative_velocity, job.cfg);
+    Tensor velocity;
+    if (job.true_cfg) {  // the cond and negative passes as one batch
+      auto [cond_velocity, negative_velocity] = transformer_->forward_cfg(
+          latents, prompt.embeds, prompt.tokens, negative->embeds, negative->tokens, h, w, cond);
+      velocity = be_.cfg_combine(cond_velocity, negative_velocity, job.cfg);
+    } else {
+      velocity = transformer_->forward(latents, prompt.embeds, prompt.tokens, h, w, cond);
     }
     be_.euler_step_(latents, velocity, schedule.dt(i));
     if (on_step) on_step(i + 1, schedule.steps());

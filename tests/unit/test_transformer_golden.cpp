@@ -14,17 +14,26 @@ using test::squeeze0;
 
 namespace {
 
-
 constexpr double kNmseBound = 1e-10;  // fp32 rounding only
+
+// The tiny golden transformer on the CPU and one case of diffusers' outputs.
+struct GoldenCase {
+  CpuBackend be;
+  WeightStore store = WeightStore::open(test::golden_weights());
+  QwenImageTransformer model{be, store.component("transformer")};
+  h5::File file = h5::File::open_read(test::golden("transformer.h5"));
+  h5::Group g;
+  int64_t h = 0, w = 0;
+  explicit GoldenCase(const std::string& name)
+      : g(file.root().open_group("cases").open_group(name)), h(g.attr_int("h")), w(g.attr_int("w")) {}
+};
 
 void check_case(const std::string& name) {
   SCOPED_TRACE("case " + name);
-  CpuBackend be;
-  WeightStore store = WeightStore::open(test::golden_weights());
-  QwenImageTransformer model(be, store.component("transformer"));
-  h5::File f = h5::File::open_read(test::golden("transformer.h5"));
-  h5::Group g = f.root().open_group("cases").open_group(name);
-  const int64_t h = g.attr_int("h"), w = g.attr_int("w");
+  GoldenCase gc(name);
+  QwenImageTransformer& model = gc.model;
+  h5::Group& g = gc.g;
+  const int64_t h = gc.h, w = gc.w;
   Tensor latents = g.read_tensor("hidden_states"), text = g.read_tensor("encoder_hidden_states");
   Tensor timestep = g.read_tensor("timestep"), temb = g.read_tensor("temb"), output = g.read_tensor("output");
   const bool has_mask = g.has_dataset("encoder_hidden_states_mask");
@@ -61,8 +70,39 @@ void check_case(const std::string& name) {
   }
 }
 
+// True CFG's batch (forward_cfg) against the two forward() calls checked above: the golden's
+// padded text (row 1) as cond, its other text cut to fewer tokens (row 0) as negative: two
+// different lengths, one padded.
+void check_cfg_batch(const std::string& name) {
+  SCOPED_TRACE("case " + name);
+  GoldenCase gc(name);
+  Tensor latents = batch_row(gc.g.read_tensor("hidden_states"), 1), text = gc.g.read_tensor("encoder_hidden_states");
+  Tensor mask = gc.g.read_tensor("encoder_hidden_states_mask");
+  const int64_t L = text.dim(1);
+  auto valid_of = [&](int64_t b) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < L; ++j) n += mask.data<int64_t>()[b * L + j] != 0;
+    return n;
+  };
+  const int64_t valid0 = valid_of(1), valid1 = L - 2;
+  ASSERT_LT(valid0, L) << "row 1 of the golden should be padded";
+  ASSERT_NE(valid0, valid1);
+  const Tensor text0 = batch_row(text, 1), text1 = batch_row(text, 0).slice0(0, valid1).clone();
+  TimestepConditioning cond = gc.model.condition(gc.g.read_tensor("timestep").data<float>()[1]);
+  const Tensor cond_v = gc.model.forward(latents, text0, valid0, gc.h, gc.w, cond);
+  const Tensor neg_v = gc.model.forward(latents, text1, valid1, gc.h, gc.w, cond);
+  const auto [cond_b, neg_b] = gc.model.forward_cfg(latents, text0, valid0, text1, valid1, gc.h, gc.w, cond);
+  ASSERT_EQ(cond_b.shape(), cond_v.shape());
+  ASSERT_EQ(neg_b.shape(), neg_v.shape());
+  ASSERT_GT(test::nmse(cond_v, neg_v), 1e-4) << "the two texts should give different velocities";
+  EXPECT_LE(test::nmse(cond_b, cond_v), 1e-12);
+  EXPECT_LE(test::nmse(neg_b, neg_v), 1e-12);
+}
+
 }  // namespace
 
+TEST(TransformerGolden, CfgBatchMatchesTwoForwardsEvenGrid) { check_cfg_batch("even"); }
+TEST(TransformerGolden, CfgBatchMatchesTwoForwardsOddGrid) { check_cfg_batch("odd"); }
 TEST(TransformerGolden, EvenGridWithPaddedMask) { check_case("even"); }
 TEST(TransformerGolden, OddGridWithPaddedMask) { check_case("odd"); }
 TEST(TransformerGolden, NoMask) { check_case("nomask"); }
