@@ -46,18 +46,20 @@ void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerC
   const int64_t D = c.inner_dim(), F = c.ff_dim(), J = c.joint_attention_dim, Dh = c.attention_head_dim;
   const std::string d_why = fmt::format("D = num_attention_heads {} x attention_head_dim {} = {}",
                                         c.num_attention_heads, c.attention_head_dim, D);
-  w.img_in = bind_linear(b, be, "img_in", D, c.in_channels, true, d_why + ", in_channels " + std::to_string(c.in_channels));
+  w.img_in = bind_linear(b, be, "img_in", D, c.in_channels, true,
+                         d_why + ", in_channels " + std::to_string(c.in_channels), LinearOut::F32);
   w.txt_norm = bind_vector(b, be, "txt_norm.weight", J, WeightInit::Gain, fmt::format("joint_attention_dim {}", J));
-  w.txt_in = bind_linear(b, be, "txt_in", D, J, true, d_why + fmt::format(", joint_attention_dim {}", J));
+  w.txt_in = bind_linear(b, be, "txt_in", D, J, true, d_why + fmt::format(", joint_attention_dim {}", J),
+                         LinearOut::F32);
   w.time_linear_1 = bind_linear(b, be, "time_text_embed.timestep_embedder.linear_1", D, TransformerConfig::kTimeProjDim,
                                 true, d_why + ", timestep projection 256");
-  w.time_linear_2 = bind_linear(b, be, "time_text_embed.timestep_embedder.linear_2", D, D, true, d_why);
+  w.time_linear_2 = bind_linear(b, be, "time_text_embed.timestep_embedder.linear_2", D, D, true, d_why, LinearOut::F32);
   w.blocks.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     Block& k = w.blocks[static_cast<size_t>(i)];
     const std::string p = fmt::format("transformer_blocks.{}.", i);
-    k.img_mod = bind_linear(b, be, p + "img_mod.1", 6 * D, D, true, d_why);
-    k.txt_mod = bind_linear(b, be, p + "txt_mod.1", 6 * D, D, true, d_why);
+    k.img_mod = bind_linear(b, be, p + "img_mod.1", 6 * D, D, true, d_why, LinearOut::F32);
+    k.txt_mod = bind_linear(b, be, p + "txt_mod.1", 6 * D, D, true, d_why, LinearOut::F32);
     k.to_q = bind_linear(b, be, p + "attn.to_q", D, D, true, d_why);
     k.to_k = bind_linear(b, be, p + "attn.to_k", D, D, true, d_why);
     k.to_v = bind_linear(b, be, p + "attn.to_v", D, D, true, d_why);
@@ -69,17 +71,17 @@ void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerC
     k.norm_k = bind_vector(b, be, p + "attn.norm_k.weight", Dh, WeightInit::Gain, dh_why);
     k.norm_added_q = bind_vector(b, be, p + "attn.norm_added_q.weight", Dh, WeightInit::Gain, dh_why);
     k.norm_added_k = bind_vector(b, be, p + "attn.norm_added_k.weight", Dh, WeightInit::Gain, dh_why);
-    k.to_out = bind_linear(b, be, p + "attn.to_out.0", D, D, true, d_why);
-    k.to_add_out = bind_linear(b, be, p + "attn.to_add_out", D, D, true, d_why);
+    k.to_out = bind_linear(b, be, p + "attn.to_out.0", D, D, true, d_why, LinearOut::F32);
+    k.to_add_out = bind_linear(b, be, p + "attn.to_add_out", D, D, true, d_why, LinearOut::F32);
     const std::string f_why = d_why + fmt::format(", feed-forward 4 x D = {}", F);
     k.img_mlp_in = bind_linear(b, be, p + "img_mlp.net.0.proj", F, D, true, f_why);
-    k.img_mlp_out = bind_linear(b, be, p + "img_mlp.net.2", D, F, true, f_why);
+    k.img_mlp_out = bind_linear(b, be, p + "img_mlp.net.2", D, F, true, f_why, LinearOut::F32);
     k.txt_mlp_in = bind_linear(b, be, p + "txt_mlp.net.0.proj", F, D, true, f_why);
-    k.txt_mlp_out = bind_linear(b, be, p + "txt_mlp.net.2", D, F, true, f_why);
+    k.txt_mlp_out = bind_linear(b, be, p + "txt_mlp.net.2", D, F, true, f_why, LinearOut::F32);
   }
-  w.norm_out_linear = bind_linear(b, be, "norm_out.linear", 2 * D, D, true, d_why);
+  w.norm_out_linear = bind_linear(b, be, "norm_out.linear", 2 * D, D, true, d_why, LinearOut::F32);
   w.proj_out = bind_linear(b, be, "proj_out", c.out_dim(), D, true,
-                           d_why + fmt::format(", patch_size^2 x out_channels = {}", c.out_dim()));
+                           d_why + fmt::format(", patch_size^2 x out_channels = {}", c.out_dim()), LinearOut::F32);
 }
 
 QwenImageTransformer::QwenImageTransformer(Backend& backend, const Component& component)

@@ -14,10 +14,15 @@ Tensor upload_bound(Backend* be, const Tensor& host) {
 }
 
 Linear bind_linear(WeightBinder& binder, Backend* be, const std::string& name, int64_t out, int64_t in,
-                   bool with_bias, const std::string& why) {
+                   bool with_bias, const std::string& why, LinearOut result) {
   Linear l;
   l.weight = upload_bound(be, binder.bind(name + ".weight", {out, in}, WeightInit::Matrix, why));
-  if (with_bias) l.bias = upload_bound(be, binder.bind(name + ".bias", {out}, WeightInit::Bias, why));
+  if (!with_bias) return l;
+  const Tensor bias = binder.bind(name + ".bias", {out}, WeightInit::Bias, why);
+  if (result == LinearOut::F32 && bias.defined() && be)
+    l.bias = be->upload(bias, DType::F32);
+  else
+    l.bias = upload_bound(be, bias);
   return l;
 }
 

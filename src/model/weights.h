@@ -86,9 +86,14 @@ struct Linear {
   void into(Backend& be, Tensor& dst, int64_t row, const Tensor& x) const { be.linear_into_(dst, row, x, weight, bias); }
 };
 
+// Where a Linear's result goes. Act: the next op's input, in the activation dtype. F32: a
+// residual stream or modulation vectors, asked for in f32; the bias is then kept in f32, the
+// dtype the GEMM's epilogue adds it in, rather than converted from bf16 on every call.
+enum class LinearOut { Act, F32 };
+
 // Binds "<name>.weight" [out, in] and, if with_bias, "<name>.bias" [out]; uploads both.
 Linear bind_linear(WeightBinder& binder, Backend* be, const std::string& name, int64_t out, int64_t in,
-                   bool with_bias, const std::string& why);
+                   bool with_bias, const std::string& why, LinearOut result = LinearOut::Act);
 // Binds a 1-D gain (norm weight) and uploads it.
 Tensor bind_vector(WeightBinder& binder, Backend* be, const std::string& name, int64_t n, WeightInit init,
                    const std::string& why);
