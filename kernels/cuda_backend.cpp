@@ -112,36 +112,10 @@ const char* conv_path_name(CudaConvPath p) {
 void convert_host(const void* src, DType st, void* dst, DType dt, int64_t n) {
   const size_t ss = dtype_size(st), ds = dtype_size(dt);
   const int64_t grain = 1 << 16;
-  const bool parallel = n > 4 * grain;
-  if (st == dt) {
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i0 = 0; i0 < n; i0 += grain)
-      std::memcpy(static_cast<char*>(dst) + i0 * ds, static_cast<const char*>(src) + i0 * ss,
-                  static_cast<size_t>(std::min(grain, n - i0)) * ss);
-    return;
-  }
-  if (st == DType::F32 && dt == DType::BF16) {
-    const float* s = static_cast<const float*>(src);
-    uint16_t* d = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
-    return;
-  }
-  if (st == DType::BF16 && dt == DType::F32) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
-    float* d = static_cast<float*>(dst);
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
-    return;
-  }
-  // Any other pair of float types: through f32, a block at a time.
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i0 = 0; i0 < n; i0 += grain) {
-    const int64_t count = std::min(grain, n - i0);
-    std::vector<float> tmp(static_cast<size_t>(count));
-    convert_to_f32(static_cast<const char*>(src) + i0 * ss, st, tmp.data(), static_cast<size_t>(count));
-    convert_from_f32(tmp.data(), static_cast<char*>(dst) + i0 * ds, dt, static_cast<size_t>(count));
-  }
+#pragma omp parallel for schedule(static) if (n > 4 * grain)
+  for (int64_t i0 = 0; i0 < n; i0 += grain)
+    convert(static_cast<const char*>(src) + i0 * ss, st, static_cast<char*>(dst) + i0 * ds, dt,
+            static_cast<size_t>(std::min(grain, n - i0)));
 }
 
 double nmse_host(const Tensor& a, const Tensor& b) {

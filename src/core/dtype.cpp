@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ditbatch {
@@ -81,6 +83,25 @@ void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n) {
       return;
     }
     default: fail("convert_from_f32: {} is not a float type", dtype_name(dst_type));
+  }
+}
+
+void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n) {
+  if (src_type == dst_type) {  // any type, integers too
+    std::memcpy(dst, src, n * dtype_size(src_type));
+  } else if (src_type == DType::F32) {
+    convert_from_f32(static_cast<const float*>(src), dst, dst_type, n);
+  } else if (dst_type == DType::F32) {
+    convert_to_f32(src, src_type, static_cast<float*>(dst), n);
+  } else {  // between two 16-bit types: through f32, a block at a time
+    constexpr size_t kBlock = 4096;
+    float tmp[kBlock];
+    const size_t ss = dtype_size(src_type), ds = dtype_size(dst_type);
+    for (size_t i0 = 0; i0 < n; i0 += kBlock) {
+      const size_t count = std::min(kBlock, n - i0);
+      convert_to_f32(static_cast<const char*>(src) + i0 * ss, src_type, tmp, count);
+      convert_from_f32(tmp, static_cast<char*>(dst) + i0 * ds, dst_type, count);
+    }
   }
 }
 

@@ -67,5 +67,8 @@ uint16_t f32_to_f16(float f);
 void convert_to_f32(const void* src, DType src_type, float* dst, size_t n);
 // Converts n fp32 values into a float type.
 void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n);
+// n values between any two float types, or a copy between equal types (any type); one pass
+// except between two 16-bit float types (through f32, a block at a time).
+void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
 }  // namespace ditbatch

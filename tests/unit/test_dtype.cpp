@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -55,4 +56,32 @@ TEST(DType, F16ExactAndRounded) {
     if ((h & 0x7c00) == 0x7c00) continue;
     ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<uint16_t>(h))), h) << std::hex << h;
   }
+}
+
+TEST(DType, ConvertBetweenAnyPair) {
+  // Hand-picked bit patterns: bf16 -> f16 goes through f32 (exact) and rounds once into f16.
+  // bf16 0x3f81 = 1.0078125 is exact in f16 (0x3c08); bf16 0x4049 = 3.140625 -> f16 0x4248;
+  // bf16 0x477f = 65280 fits f16 max (0x7bf8); bf16 0x4780 = 65536 overflows to inf (0x7c00).
+  // 5000 values: more than one of convert()'s blocks.
+  const uint16_t bf[4] = {0x3f81, 0x4049, 0x477f, 0x4780}, f16[4] = {0x3c08, 0x4248, 0x7bf8, 0x7c00};
+  std::vector<uint16_t> src(5000), dst(5000, 0xffff);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = bf[i % 4];
+  convert(src.data(), DType::BF16, dst.data(), DType::F16, src.size());
+  for (size_t i = 0; i < dst.size(); ++i) ASSERT_EQ(dst[i], f16[i % 4]) << i;
+  // f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact.
+  const float f[3] = {bits_f32(0x3f808000u), bits_f32(0x3f818000u), 3.14159265f};
+  uint16_t b[3];
+  convert(f, DType::F32, b, DType::BF16, 3);
+  EXPECT_EQ(b[0], 0x3f80);
+  EXPECT_EQ(b[1], 0x3f82);
+  EXPECT_EQ(b[2], 0x4049);
+  float back[3];
+  convert(b, DType::BF16, back, DType::F32, 3);
+  EXPECT_EQ(back[2], 3.140625f);
+  // Equal types copy, integers included (token ids travel this way).
+  const int64_t ids[3] = {-3, 151643, 1LL << 40};
+  int64_t ids_out[3] = {};
+  convert(ids, DType::I64, ids_out, DType::I64, 3);
+  EXPECT_EQ(ids_out[1], 151643);
+  EXPECT_EQ(ids_out[2], 1LL << 40);
 }
