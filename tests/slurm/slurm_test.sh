@@ -110,6 +110,16 @@ reference() {
     >"$work/$o.log" 2>&1 || { cat "$work/$o.log"; fail "reference run"; }
   note "reference run: $(grep -o 'summary: [^;]*' "$work/$o.log")"
 }
+# job_inputs N SIZE WORDS...: N numbered prompts in prompts.txt, their images made outside
+# Slurm in ref/ (SIZE x SIZE, 3 steps), and the env file that sends a job's images to out/
+job_inputs() {
+  local n=$1 px=$2
+  shift 2
+  prompts "$work/prompts.txt" "$n" "$@"
+  local size=(--width "$px" --height "$px" --steps 3)
+  reference ref prompts.txt "${size[@]}"
+  env_file prompts.txt out "${size[@]}"
+}
 submit() { (cd "$work" && sbatch --parsable "$@") || fail "sbatch $*"; }
 wait_job() {  # wait_job JOBID TIMEOUT -> "id state exit" lines in $job_result; never fails
   # in the background: the `wait` builtin, unlike a foreground command, lets the TERM trap run
@@ -161,10 +171,7 @@ case $case_name in
   generate)
     # jobs/generate.sbatch as it is (1 node, 4 tasks, --gres=gpu:4): srun, then mpirun
     # (settings from the environment over the env file), then a resume of the first.
-    prompts "$work/prompts.txt" 12 "a small house by a lake, number"
-    size=(--width 64 --height 64 --steps 3)
-    reference ref prompts.txt "${size[@]}"
-    env_file prompts.txt out "${size[@]}"
+    job_inputs 12 64 "a small house by a lake, number"
     start_cluster
     jid=$(submit "$jobs/generate.sbatch")
     wait_job "$jid" 90
@@ -207,10 +214,7 @@ case $case_name in
     # transport (vader) names its segments by host, job and local rank: two fake nodes on one
     # host collide (a segfault in MPI_Comm_split_type), so this test uses TCP only.
     export OMPI_MCA_btl=self,tcp
-    prompts "$work/prompts.txt" 16 "a mountain village in autumn, number"
-    size=(--width 64 --height 64 --steps 3)
-    reference ref prompts.txt "${size[@]}"
-    env_file prompts.txt out "${size[@]}"
+    job_inputs 16 64 "a mountain village in autumn, number"
     start_cluster 2
     jid=$(submit "$jobs/generate-multinode.sbatch")
     wait_job "$jid" 120
@@ -227,10 +231,7 @@ case $case_name in
   array)
     # jobs/generate-array.sbatch with --array=0-2: three slices of 20 prompts (7, 7, 6), one
     # output folder, one merged manifest with every image exactly once.
-    prompts "$work/prompts.txt" 20 "a bowl of ramen on a table, number"
-    size=(--width 64 --height 64 --steps 3)
-    reference ref prompts.txt "${size[@]}"
-    env_file prompts.txt out "${size[@]}"
+    job_inputs 20 64 "a bowl of ramen on a table, number"
     start_cluster
     jid=$(submit --array=0-2 "$jobs/generate-array.sbatch")
     wait_job "$jid" 120
@@ -264,10 +265,7 @@ case $case_name in
     #     preemption does. The ranks get SIGTERM themselves, exit 75, srun exits 75, the
     #     script requeues again.
     n=40
-    prompts "$work/prompts.txt" $n "a lighthouse on a rocky coast, number"
-    size=(--width 96 --height 96 --steps 3)
-    reference ref prompts.txt "${size[@]}"
-    env_file prompts.txt out "${size[@]}"
+    job_inputs $n 96 "a lighthouse on a rocky coast, number"
     start_cluster
     jid=$(submit "$jobs/generate.sbatch")
     wait_pngs "$work/out" 4 "$jid"
@@ -321,10 +319,7 @@ PY
     # kill -9 of one rank mid-run: srun --kill-on-bad-exit ends the step, the job fails
     # (no requeue: that is not a stop by a signal ditbatch saw); a resubmission completes.
     n=32
-    prompts "$work/prompts.txt" $n "a red fox in fresh snow, number"
-    size=(--width 96 --height 96 --steps 3)
-    reference ref prompts.txt "${size[@]}"
-    env_file prompts.txt out "${size[@]}"
+    job_inputs $n 96 "a red fox in fresh snow, number"
     start_cluster
     jid=$(submit "$jobs/generate.sbatch")
     wait_pngs "$work/out" 4 "$jid"
