@@ -14,6 +14,7 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include <cmath>
 #include <cstdio>
 
+#include "cpu/cpu_backend.h"
 #include "cuda_test_util.h"
 #include "golden.h"
 #include "io/h5.h"
@@ -77,6 +78,41 @@ TEST_P(CudaGolden, Transformer) {
     }
   }
   metric(fmt::format("golden.{}.transformer.worst_nmse", dtype_name(act)), worst);
+}
+
+// True CFG's batch on the GPU: golden row 1 (padded text) as cond, row 0's text as negative,
+// at row 1's latents and timestep. The cond velocity is diffusers' output for row 1; the
+// negative one has no golden, so it meets the CPU backend's forward (itself checked against
+// diffusers) with the same bound.
+TEST_P(CudaGolden, CfgBatch) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  CpuBackend cpu;
+  WeightStore store = WeightStore::open(test::golden_weights());
+  QwenImageTransformer model(*be, store.component("transformer")), cpu_model(cpu, store.component("transformer"));
+  h5::File f = h5::File::open_read(test::golden("transformer.h5"));
+  h5::Group g = f.root().open_group("cases").open_group("even");
+  const int64_t h = g.attr_int("h"), w = g.attr_int("w");
+  Tensor text = g.read_tensor("encoder_hidden_states"), mask = g.read_tensor("encoder_hidden_states_mask");
+  const int64_t L = text.dim(1);
+  int64_t valid1 = 0;
+  for (int64_t j = 0; j < L; ++j) valid1 += mask.data<int64_t>()[L + j] != 0;
+  ASSERT_LT(valid1, L) << "row 1 of the golden should be padded";
+  const Tensor latents = batch_row(g.read_tensor("hidden_states"), 1), text1 = batch_row(text, 1),
+               text0 = batch_row(text, 0);
+  const float t = g.read_tensor("timestep").data<float>()[1];
+  TimestepConditioning cond = model.condition(t);
+  auto [v_cond, v_neg] = model.forward_cfg(be->upload(latents, DType::F32), be->upload(text1, DType::F32), valid1,
+                                           be->upload(text0, DType::F32), L, h, w, cond);
+  TimestepConditioning cpu_cond = cpu_model.condition(t);
+  const Tensor cpu_neg = cpu_model.forward(latents, text0, L, h, w, cpu_cond);
+  const double err_cond = test::nmse(be->to_host_f32(v_cond), batch_row(g.read_tensor("output"), 1));
+  const double err_neg = test::nmse(be->to_host_f32(v_neg), cpu_neg);
+  EXPECT_LE(err_cond, component_bound(act));
+  EXPECT_LE(err_neg, component_bound(act));
+  metric(fmt::format("golden.{}.cfg_batch.cond_nmse_vs_diffusers", dtype_name(act)), err_cond);
+  metric(fmt::format("golden.{}.cfg_batch.neg_nmse_vs_cpu", dtype_name(act)), err_neg);
 }
 
 TEST_P(CudaGolden, VaeDecoder) {
