@@ -61,9 +61,10 @@ class QwenImageTransformer {
   Tensor forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h, int64_t w,
                  const TimestepConditioning& cond, const BlockHook& hook = nullptr);
   // True CFG's two passes over the same latents as one batch: the image-token work of both
-  // samples runs as one [2S, D] stream (each weight read once, half the kernel launches); only
-  // attention and the tiny text projections run per sample. The same velocities as forward()
-  // with text and with neg_text, to rounding. -> {velocity with text, with neg_text}, [S, 64] each.
+  // samples runs as one [2S, D] stream (Q/K/V and MLP GEMMs with M = 2S, half the elementwise
+  // launches). Per sample: attention, the output projections (to_out, to_add_out: attention
+  // leaves each sample's rows in its own tensor) and the text V projection. The same
+  // velocities as forward() with text and with neg_text, to rounding. -> {velocity with text, with neg_text}, [S, 64] each.
   std::pair<Tensor, Tensor> forward_cfg(const Tensor& latents, const Tensor& text, int64_t text_valid,
                                         const Tensor& neg_text, int64_t neg_valid, int64_t h, int64_t w,
                                         const TimestepConditioning& cond);
@@ -92,7 +93,7 @@ class QwenImageTransformer {
   Tensor forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h, int64_t w,
                          const TimestepConditioning& cond, const BlockHook& hook);
   // cos/sin tables [tokens, Dh/2] (§4.5), built once and kept: every step and both CFG passes
-  // reuse them. Image: the h x w grid, repeated `copies` times (a CFG batch's image rows);
+  // reuse them. Image: the h x w grid, repeated `count` times (a CFG batch's image rows);
   // text: `count` tokens placed after an h x w grid.
   struct RopeTables {
     Tensor cos, sin;

@@ -88,7 +88,9 @@ struct Linear {
 
 // Where a Linear's result goes. Act: the next op's input, in the activation dtype. F32: a
 // residual stream or modulation vectors, asked for in f32; the bias is then kept in f32, the
-// dtype the GEMM's epilogue adds it in, rather than converted from bf16 on every call.
+// dtype the GEMM's epilogue adds it in, rather than converted from bf16 on every call. (A bf16
+// checkpoint's biases are unchanged by this; an f32 file's keep their f32 precision. Biases
+// are small, a few MB in all, so they need no exact-size allocation for offloading.)
 enum class LinearOut { Act, F32 };
 
 // Binds "<name>.weight" [out, in] and, if with_bias, "<name>.bias" [out]; uploads both.

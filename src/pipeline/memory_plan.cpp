@@ -59,8 +59,9 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
 
   // The transformer's forward per joint token: the f32 streams x and c, the f32 outputs of the
   // attention and MLP projections, two modulated LayerNorm outputs, Q/K before and after the
-  // joint copy, V, O (28 x D bytes in all), and the MLP's GELU output (2 x F); true CFG runs
-  // its two samples as one batch.
+  // joint copy, V, O (28 x D bytes in all), and the MLP's GELU output (2 x F); counted for
+  // true CFG's batch of two samples (the default). The VAE decode below is the larger of the
+  // two at every size anyway (~960 x W x H bytes against ~860 x W x H).
   const TransformerConfig tc = TransformerConfig::from(dit.config());
   const int64_t tokens = 2 * ((height / 16) * (width / 16) + text_tokens);
   const int64_t forward = tokens * (28 * tc.inner_dim() + 2 * tc.ff_dim());

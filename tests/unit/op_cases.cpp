@@ -507,9 +507,10 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   auto add = [&](std::string name, std::string op, std::string expected, std::function<void(On)> call) {
     m.push_back({std::move(name), std::move(op), std::move(expected), [call](Backend& be) { call(On{be}); }});
   };
+  const std::string per_column = "(expected 8 values, one per column)";  // a vector for x [3, 8]
   add("linear_K_differs", "linear", "expected [.., K], [N, K]",
       [](On o) { o.be.linear(o.act({4, 8}, 1), o.weight({6, 9}, 2)); });
-  add("linear_bias_length", "linear", "bias", [](On o) {
+  add("linear_bias_length", "linear", "for N = 6", [](On o) {
     Tensor b = o.weight({5}, 3);
     o.be.linear(o.act({4, 8}, 1), o.weight({6, 8}, 2), &b);
   });
@@ -517,7 +518,7 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor x = o.be.empty({4, 0}, o.be.act_dtype()), w = o.be.empty({6, 0}, o.be.act_dtype());
     o.be.linear(x, w);
   });
-  add("linear_gelu_bias_length", "linear_gelu", "bias",
+  add("linear_gelu_bias_length", "linear_gelu", "for N = 6",
       [](On o) { o.be.linear_gelu(o.act({4, 8}, 1), o.weight({6, 8}, 2), o.weight({7}, 3)); });
   add("linear_into_past_the_end", "linear_into_", "into rows [3, 7)", [](On o) {
     Tensor dst = o.f32({6, 6}, 4);
@@ -533,18 +534,18 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor kv = o.be.empty({0, 2, 8}, o.be.act_dtype());
     o.be.attention(o.act({5, 2, 8}, 1), kv, kv, 0.3f, false);
   });
-  add("rms_norm_weight_length", "rms_norm", "expected 8 values",
+  add("rms_norm_weight_length", "rms_norm", per_column,
       [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });
-  add("layer_norm_modulate_scale_length", "layer_norm_modulate", "scale",
+  add("layer_norm_modulate_scale_length", "layer_norm_modulate", per_column,
       [](On o) { o.be.layer_norm_modulate(o.f32({3, 8}, 1), o.act({8}, 2), o.act({9}, 3), 1e-6f); });
-  add("l2_norm_scale_gamma_length", "l2_norm_scale", "gamma",
+  add("l2_norm_scale_gamma_length", "l2_norm_scale", per_column,
       [](On o) { o.be.l2_norm_scale(o.act({3, 8}, 1), o.weight({4}, 2)); });
   add("silu_mul_shapes", "silu_mul", "shapes differ", [](On o) { o.be.silu_mul(o.act({3, 8}, 1), o.act({8, 3}, 2)); });
   add("add_shapes", "add_", "shapes differ", [](On o) {
     Tensor x = o.f32({3, 8}, 1);
     o.be.add_(x, o.f32({3, 9}, 2));
   });
-  add("gated_add_gate_length", "gated_add_", "gate", [](On o) {
+  add("gated_add_gate_length", "gated_add_", per_column, [](On o) {
     Tensor x = o.f32({3, 8}, 1);
     o.be.gated_add_(x, o.act({3}, 2), o.act({3, 8}, 3));
   });
@@ -564,7 +565,7 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor dst = o.act({6, 16}, 1);
     o.be.rms_norm_rope_into_(dst, 2, o.act({5, 16}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f);
   });
-  add("gated_add_layer_norm_modulate_shift_length", "gated_add_layer_norm_modulate_", "shift", [](On o) {
+  add("gated_add_layer_norm_modulate_shift_length", "gated_add_layer_norm_modulate_", per_column, [](On o) {
     Tensor x = o.f32({3, 8}, 1);
     o.be.gated_add_layer_norm_modulate_(x, o.act({8}, 2), o.act({3, 8}, 3), o.act({6}, 4), o.act({8}, 5), 1e-6f);
   });
