@@ -227,6 +227,44 @@ struct CudaBackend::Impl {
                                    what));
   }
 
+  // o [Lq, H, Dh] (allocated, or rows of a larger tensor) = attention of checked q, k, v, by
+  // the path the options choose: flash kernel, cuDNN's SDPA (self-checked once per plan), or
+  // the GEMM path, which also catches whatever cuDNN refuses.
+  void attention_to(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, float scale, bool causal) {
+    cuda::AttentionShape s;
+    s.Lq = q.dim(0);
+    s.H = q.dim(1);
+    s.Dh = q.dim(2);
+    s.Lk = k.dim(0);
+    s.Hkv = k.dim(1);
+    s.scale = scale;
+    s.causal = causal;
+    if (s.Lq == 0 || s.Dh == 0) return;
+    const CudaAttentionPath path = opt.attention;
+    if (path == CudaAttentionPath::Flash && s.Dh <= cuda::kFlashMaxHeadDim) {
+      cuda::attention_flash(ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
+      ++attention_calls[2];
+      return;
+    }
+    if ((path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn) &&
+        sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
+      std::string error;
+      const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
+      if (result == cuda::CudnnSdpa::Result::Ran || result == cuda::CudnnSdpa::Result::RanNewPlan) {
+        ++attention_calls[0];
+        if (result == cuda::CudnnSdpa::Result::RanNewPlan && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
+        return;
+      }
+      if (result == cuda::CudnnSdpa::Result::NoPlan) {
+        log.warn("{}; using the GEMM attention path for this shape", error);
+      } else {
+        log.warn("{}; using the GEMM attention path from now on", error);
+        sdpa.disable(error);
+      }
+    }
+    attention_gemm(q, k, v, o, s);
+  }
+
   void attention_gemm(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
     cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
     ++attention_calls[1];
@@ -574,41 +612,25 @@ Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v,
   op_shapes::attention(q, k, v, causal);
   DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "attention: q {} k {} v {} must share one dtype",
                  q.describe(), k.describe(), v.describe());
-  cuda::AttentionShape s;
-  s.Lq = q.dim(0);
-  s.H = q.dim(1);
-  s.Dh = q.dim(2);
-  s.Lk = k.dim(0);
-  s.Hkv = k.dim(1);
-  s.scale = scale;
-  s.causal = causal;
-  Tensor o = m.alloc({s.Lq, s.H, s.Dh}, q.dtype(), "attention");
-  if (s.Lq == 0 || s.Dh == 0) return o;
-
-  const CudaAttentionPath path = m.opt.attention;
-  if (path == CudaAttentionPath::Flash && s.Dh <= cuda::kFlashMaxHeadDim) {
-    cuda::attention_flash(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
-    ++m.attention_calls[2];
-    return o;
-  }
-  if ((path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn) &&
-      m.sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
-    std::string error;
-    const auto result = m.sdpa.run(m.ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
-    if (result == cuda::CudnnSdpa::Result::Ran || result == cuda::CudnnSdpa::Result::RanNewPlan) {
-      ++m.attention_calls[0];
-      if (result == cuda::CudnnSdpa::Result::RanNewPlan && m.opt.cudnn_self_check) m.self_check_sdpa(q, k, v, o, s);
-      return o;
-    }
-    if (result == cuda::CudnnSdpa::Result::NoPlan) {
-      m.log.warn("{}; using the GEMM attention path for this shape", error);
-    } else {
-      m.log.warn("{}; using the GEMM attention path from now on", error);
-      m.sdpa.disable(error);
-    }
-  }
-  m.attention_gemm(q, k, v, o, s);
+  Tensor o = m.alloc({q.dim(0), q.dim(1), q.dim(2)}, q.dtype(), "attention");
+  m.attention_to(q, k, v, o, scale, causal);
   return o;
+}
+
+void CudaBackend::attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  float scale, bool causal) {
+  Impl& m = *impl_;
+  expect_float("attention_into_", dst, "dst");
+  expect_float("attention_into_", q, "q");
+  expect_float("attention_into_", k, "k");
+  expect_float("attention_into_", v, "v");
+  op_shapes::attention_into(dst, row, q, k, v, causal);
+  DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(),
+                 "attention_into_: q {} k {} v {} must share one dtype", q.describe(), k.describe(), v.describe());
+  // The kernels write their output's dtype: another dst dtype takes the two-op path.
+  if (dst.dtype() != q.dtype()) return Backend::attention_into_(dst, row, q, k, v, scale, causal);
+  Tensor o = dst.slice0(row, row + q.dim(0)).view({q.dim(0), q.dim(1), q.dim(2)});  // [Lq, H, Dh], in dst
+  m.attention_to(q, k, v, o, scale, causal);
 }
 
 // ---- normalisation --------------------------------------------------------------------------

@@ -105,6 +105,8 @@ class CudaBackend final : public Backend {
                            const Tensor& sin, float eps) override;
   Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
                                         const Tensor& scale, float eps) override;
+  void attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, float scale,
+                       bool causal) override;
 
   // ---- beyond the Backend interface: tests, benchmarks, diagnostics ----
   const CudaBackendOptions& options() const;

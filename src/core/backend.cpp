@@ -25,6 +25,13 @@ void Backend::rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, 
   copy_rows_(dst, row, normed.view({tokens, H * Dh}));
 }
 
+void Backend::attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v,
+                              float scale, bool causal) {
+  op_shapes::attention_into(dst, row, q, k, v, causal);
+  const int64_t Lq = q.dim(0);
+  copy_rows_(dst, row, attention(q, k, v, scale, causal).view({Lq, q.dim(1) * q.dim(2)}));
+}
+
 Tensor Backend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
                                                const Tensor& scale, float eps) {
   // Checked before x changes, under this op's name.

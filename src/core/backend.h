@@ -110,6 +110,10 @@ class Backend {
   // proj [tokens, H * Dh], written to dst rows [row, row + tokens): the joint Q and K.
   virtual void rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
                                    const Tensor& cos, const Tensor& sin, float eps);
+  // attention(q, k, v, scale, causal) as [Lq, H * Dh], written to dst rows [row, row + Lq):
+  // each sample of a CFG batch straight into one output laid out like the joint Q.
+  virtual void attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v,
+                               float scale, bool causal);
   // x += gate * y, then returns layer_norm_modulate(x, shift, scale, eps): the residual add
   // and the next LayerNorm in one pass over the residual stream.
   virtual Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,

@@ -58,6 +58,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   DITBATCH_CHECK(k.dim(0) > 0 || q.dim(0) == 0 || q.dim(2) == 0, "attention: no keys (k {})", k.describe());
 }
 
+void attention_into(const Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  attention(q, k, v, causal);
+  const int64_t Lq = q.dim(0), width = q.dim(1) * q.dim(2);
+  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == width && row >= 0 && row + Lq <= dst.rows(),
+                 "attention_into_: q {} into rows [{}, {}) of dst {} (expected dst [>= row + Lq, H * Dh = {}])",
+                 q.describe(), row, row + Lq, dst.describe(), width);
+}
+
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {
   DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32, "{}: cos {} and sin {} must be f32 tables", op,
                  cos.describe(), sin.describe());

@@ -26,6 +26,8 @@ LinearDims linear_into(const char* op, const Tensor& dst, int64_t row, const Ten
                        const Tensor& bias);
 void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// attention() whose [Lq, H * Dh] result lands in rows [row, row + Lq) of dst.
+void attention_into(const Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin);
 // Per-head RMSNorm + RoPE of proj [tokens, H * Dh] into rows of dst: returns H.
 int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,

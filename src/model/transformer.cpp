@@ -280,18 +280,17 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
     be_.rms_norm_rope_into_(k, kv_img, blk.to_k(be_, xm), blk.norm_k, img_rope.cos, img_rope.sin, c.eps);
     blk.to_v.into(be_, v, kv_img, xm);
 
-    Tensor attn_img = be_.empty({B * S, D}, DType::F32);  // [B*S, D]
-    Tensor attn_txt = be_.empty({L_all, D}, DType::F32);  // [L_all, D]
+    // The attention output is laid out as Q: the image rows of both samples stay adjacent.
+    Tensor o = be_.empty({q_rows, D}, be_.act_dtype());  // [L_all + B*S, D]
     for (int64_t b = 0; b < B; ++b) {
       const int64_t lq = L[b] + S, lk = Lv[b] + S;
-      Tensor o = be_.attention(q.slice0(q_start[b], q_start[b] + lq).view({lq, H, Dh}),
-                               k.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}),
-                               v.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}), scale, false)
-                     .view({lq, D});                               // [lq, D] in the sample's joint order
-      const int64_t o_img = b == 0 ? L[0] : 0, o_txt = b == 0 ? 0 : S;  // its image and text rows
-      blk.to_out.into(be_, attn_img, b * S, o.slice0(o_img, o_img + S));
-      blk.to_add_out.into(be_, attn_txt, t_row[b], o.slice0(o_txt, o_txt + L[b]));
+      be_.attention_into_(o, q_start[b], q.slice0(q_start[b], q_start[b] + lq).view({lq, H, Dh}),
+                          k.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}),
+                          v.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}), scale, false);
     }
+    Tensor attn_img = blk.to_out(be_, o.slice0(q_img, q_img + B * S), DType::F32);  // [B*S, D]
+    Tensor attn_txt = be_.empty({L_all, D}, DType::F32);                            // [L_all, D]
+    for (int64_t b = 0; b < B; ++b) blk.to_add_out.into(be_, attn_txt, t_row[b], o.slice0(q_txt[b], q_txt[b] + L[b]));
 
     // ---- feed-forward (tanh-GELU), each stream with its own weights ----
     Tensor x_ff = be_.gated_add_layer_norm_modulate_(x, chunk(im, 2), attn_img, chunk(im, 3), chunk(im, 4), c.eps);

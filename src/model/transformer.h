@@ -61,10 +61,9 @@ class QwenImageTransformer {
   Tensor forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h, int64_t w,
                  const TimestepConditioning& cond, const BlockHook& hook = nullptr);
   // True CFG's two passes over the same latents as one batch: the image-token work of both
-  // samples runs as one [2S, D] stream (Q/K/V and MLP GEMMs with M = 2S, half the elementwise
-  // launches). Per sample: attention, the output projections (to_out, to_add_out: attention
-  // leaves each sample's rows in its own tensor) and the text V projection. The same
-  // velocities as forward() with text and with neg_text, to rounding. -> {velocity with text, with neg_text}, [S, 64] each.
+  // samples runs as one [2S, D] stream (every image GEMM with M = 2S, half the elementwise
+  // launches); attention and the tiny text projections to_add_out and add_v_proj run per
+  // sample. The same velocities as forward() with text and with neg_text, to rounding. -> {velocity with text, with neg_text}, [S, 64] each.
   std::pair<Tensor, Tensor> forward_cfg(const Tensor& latents, const Tensor& text, int64_t text_valid,
                                         const Tensor& neg_text, int64_t neg_valid, int64_t h, int64_t w,
                                         const TimestepConditioning& cond);

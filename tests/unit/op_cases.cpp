@@ -82,6 +82,27 @@ OpCase attention_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t Dh
   return c;
 }
 
+// attention() into rows [row, row + Lq) of a random dst [Lq + 5, H * Dh].
+OpCase attention_into_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
+  OpCase c = attention_case(Lq, Lk, H, H, Dh, false, seed);
+  c.name = fmt::format("attention_into_Lq{}_Lk{}_H{}_D{}_row{}", Lq, Lk, H, Dh, row);
+  c.inputs.push_back({random_tensor({Lq + 5, H * Dh}, seed + 3, 3.0f), InputKind::Activation});
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  c.run = [row, scale](Backend& be, std::vector<Tensor>& in) {
+    be.attention_into_(in[3], row, in[0], in[1], in[2], scale, false);
+    return in[3];
+  };
+  auto attention_ref = c.reference;
+  c.reference = [attention_ref, Lq, H, Dh, row](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>((Lq + 5) * H * Dh));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = at(in[3], static_cast<int64_t>(i));
+    const std::vector<double> o = attention_ref(in);
+    std::copy(o.begin(), o.end(), y.begin() + row * H * Dh);
+    return y;
+  };
+  return c;
+}
+
 // An op applied element by element (or row by row) with a float64 formula.
 OpCase unary_case(const std::string& name, Shape shape, float scale, uint32_t seed,
                   std::function<Tensor(Backend&, Tensor&)> run, std::function<double(double)> f) {
@@ -492,6 +513,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(gated_add_ln_case(false, 33, 48, 46));
   cases.push_back(gated_add_ln_case(true, 33, 48, 46));
   cases.push_back(gated_add_ln_case(false, 5, 3072, 47));  // the DiT's width: 96 columns per lane
+  cases.push_back(attention_into_case(37, 50, 2, 16, 4, 48));
+  cases.push_back(attention_into_case(20, 20, 2, 128, 0, 49));  // the DiT's head dim
   return cases;
 }
 
@@ -533,6 +556,10 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   add("attention_no_keys", "attention", "no keys", [](On o) {
     Tensor kv = o.be.empty({0, 2, 8}, o.be.act_dtype());
     o.be.attention(o.act({5, 2, 8}, 1), kv, kv, 0.3f, false);
+  });
+  add("attention_into_past_the_end", "attention_into_", "into rows [3, 8)", [](On o) {
+    Tensor dst = o.act({7, 16}, 4);
+    o.be.attention_into_(dst, 3, o.act({5, 2, 8}, 1), o.act({6, 2, 8}, 2), o.act({6, 2, 8}, 3), 0.3f, false);
   });
   add("rms_norm_weight_length", "rms_norm", per_column,
       [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });
