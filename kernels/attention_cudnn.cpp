@@ -26,27 +26,12 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
 
 CudnnSdpa::Result CudnnSdpa::run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o,
                                  const AttentionShape& s, std::string* error) {
-  try {
-    const cudnnHandle_t handle = cache().handle(ctx.stream);
-    bool fresh = false;
-    const cudnn::Plan& plan =
-        cache().plan({s.Lq, s.Lk, s.H, s.Dh}, [&] { return cudnn::sdpa_graph(s.Lq, s.Lk, s.H, s.Dh); }, &fresh);
-    DeviceBlock workspace;
-    if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), "attention (cuDNN workspace)");
-    float scale = s.scale;  // read at execute time (a by-value tensor)
-    cudnn::execute(handle, plan, {cudnn::kSdpaQ, cudnn::kSdpaK, cudnn::kSdpaV, cudnn::kSdpaO, cudnn::kSdpaScale},
-                   {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, &scale}, workspace.get());
-    check_launch("attention (cuDNN SDPA)", ctx.stream, ctx.sync_each_op);
-    return fresh ? Result::RanNewPlan : Result::Ran;
-  } catch (const cudnn::NoPlan& e) {
-    if (error) *error = e.what();
-    return Result::NoPlan;
-  } catch (const std::exception& e) {
-    if (error)
-      *error = cat("cuDNN SDPA (Lq ", s.Lq, " Lk ", s.Lk, " H ", s.H, " Dh ", s.Dh, ", cuDNN ", cudnnGetVersion(),
-                   "): ", e.what());
-    return Result::Failed;
-  }
+  float scale = s.scale;  // read at execute time (a by-value tensor)
+  return run_plan(
+      ctx, {s.Lq, s.Lk, s.H, s.Dh}, [&] { return cudnn::sdpa_graph(s.Lq, s.Lk, s.H, s.Dh); },
+      {cudnn::kSdpaQ, cudnn::kSdpaK, cudnn::kSdpaV, cudnn::kSdpaO, cudnn::kSdpaScale},
+      {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, &scale}, "attention (cuDNN SDPA)",
+      [&] { return cat("cuDNN SDPA (Lq ", s.Lq, " Lk ", s.Lk, " H ", s.H, " Dh ", s.Dh, ")"); }, error);
 }
 
 }  // namespace ditbatch::cuda

@@ -26,9 +26,6 @@ class CudnnSdpa : public CudnnPath {
   // Can this call go to cuDNN? If not, *why says why (for logs and tests).
   bool eligible(const void* q, const void* k, const void* v, const void* o, DType dtype, const AttentionShape& s,
                 std::string* why) const;
-  // NoPlan: cuDNN has no plan for this shape (the path stays on for others); Failed: the
-  // path should be switched off. Neither wrote the output.
-  enum class Result { Ran, RanNewPlan, NoPlan, Failed };
   // Queues the attention on ctx.stream. Failed: *error says why and nothing was written.
   Result run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, const AttentionShape& s,
              std::string* error);

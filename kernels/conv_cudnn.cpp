@@ -26,26 +26,11 @@ bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const v
 
 CudnnConv::Result CudnnConv::run(const CudaContext& ctx, const void* x, const void* w, const void* bias, void* y,
                                  DType dtype, const ConvShape& s, std::string* error) {
-  try {
-    const cudnnHandle_t handle = cache().handle(ctx.stream);
-    bool fresh = false;
-    const cudnn::Plan& plan = cache().plan(
-        {s.H, s.W, s.Cin, s.Cout}, [&] { return cudnn::conv3x3_bias_graph(s.H, s.W, s.Cin, s.Cout, dtype); }, &fresh);
-    DeviceBlock workspace;
-    if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), "conv2d_3x3 (cuDNN workspace)");
-    cudnn::execute(handle, plan, {cudnn::kConvX, cudnn::kConvW, cudnn::kConvBias, cudnn::kConvY},
-                   {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(bias), y}, workspace.get());
-    check_launch("conv2d_3x3 (cuDNN)", ctx.stream, ctx.sync_each_op);
-    return fresh ? Result::RanNewPlan : Result::Ran;
-  } catch (const cudnn::NoPlan& e) {
-    if (error) *error = e.what();
-    return Result::NoPlan;
-  } catch (const std::exception& e) {
-    if (error)
-      *error = cat("cuDNN convolution (", s.H, "x", s.W, ", ", s.Cin, " -> ", s.Cout, ", cuDNN ", cudnnGetVersion(),
-                   "): ", e.what());
-    return Result::Failed;
-  }
+  return run_plan(
+      ctx, {s.H, s.W, s.Cin, s.Cout}, [&] { return cudnn::conv3x3_bias_graph(s.H, s.W, s.Cin, s.Cout, dtype); },
+      {cudnn::kConvX, cudnn::kConvW, cudnn::kConvBias, cudnn::kConvY},
+      {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(bias), y}, "conv2d_3x3 (cuDNN)",
+      [&] { return cat("cuDNN convolution (", s.H, "x", s.W, ", ", s.Cin, " -> ", s.Cout, ")"); }, error);
 }
 
 }  // namespace ditbatch::cuda

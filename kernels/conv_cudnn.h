@@ -29,9 +29,6 @@ class CudnnConv : public CudnnPath {
   // Can this call go to cuDNN? If not, *why says why.
   bool eligible(const void* x, const void* w, const void* bias, const void* y, DType dtype, const ConvShape& s,
                 std::string* why) const;
-  // NoPlan: cuDNN has no plan for this shape (the path stays on for others); Failed: the
-  // path should be switched off. Neither wrote the output.
-  enum class Result { Ran, RanNewPlan, NoPlan, Failed };
   // Queues y = conv3x3(x, w) + bias on ctx.stream (all of `dtype`). Failed: *error says why.
   Result run(const CudaContext& ctx, const void* x, const void* w, const void* bias, void* y, DType dtype,
              const ConvShape& s, std::string* error);

@@ -77,6 +77,12 @@ class CudaBuffer final : public Buffer {
 
 // ---- argument checks ------------------------------------------------------------------------
 
+// The first byte of row `row` of a dense tensor, rows being all but the last dim (the op's
+// shape check has bounded row).
+char* row_ptr(const Tensor& t, int64_t row) {
+  return static_cast<char*>(t.raw()) + static_cast<size_t>(row * t.cols()) * dtype_size(t.dtype());
+}
+
 void expect_cuda(const char* op, const Tensor& t, const char* what) {
   DITBATCH_CHECK(t.defined() && t.device() == Device::Cuda, "{}: {} must be a CUDA tensor, got {}", op, what,
                  t.defined() ? t.describe() + (t.device() == Device::Host ? " on the host" : "") : "undefined");
@@ -250,19 +256,28 @@ struct CudaBackend::Impl {
         sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
       std::string error;
       const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
-      if (result == cuda::CudnnSdpa::Result::Ran || result == cuda::CudnnSdpa::Result::RanNewPlan) {
+      if (cudnn_ran(sdpa, result, error, "the GEMM attention path")) {
         ++attention_calls[0];
-        if (result == cuda::CudnnSdpa::Result::RanNewPlan && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
+        if (result == cuda::CudnnPath::Result::RanNewPlan && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
         return;
-      }
-      if (result == cuda::CudnnSdpa::Result::NoPlan) {
-        log.warn("{}; using the GEMM attention path for this shape", error);
-      } else {
-        log.warn("{}; using the GEMM attention path from now on", error);
-        sdpa.disable(error);
       }
     }
     attention_gemm(q, k, v, o, s);
+  }
+
+  // After a cuDNN path's run(): true when cuDNN did the work. Otherwise the caller takes its
+  // fallback (named here), for this shape (NoPlan) or, with the path switched off, for good.
+  bool cudnn_ran(cuda::CudnnPath& path, cuda::CudnnPath::Result result, const std::string& error,
+                 const char* fallback) {
+    using Result = cuda::CudnnPath::Result;
+    if (result == Result::Ran || result == Result::RanNewPlan) return true;
+    if (result == Result::NoPlan) {
+      log.warn("{}; using {} for this shape", error, fallback);
+    } else {
+      log.warn("{}; using {} from now on", error, fallback);
+      path.disable(error);
+    }
+    return false;
   }
 
   void attention_gemm(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
@@ -280,7 +295,7 @@ struct CudaBackend::Impl {
     for (int64_t y0 = 0; y0 < s.H; y0 += band) {
       const int64_t rows = std::min(band, s.H - y0);
       cuda::im2col3x3(ctx, x, col.get(), in_dtype, s.H, s.W, s.Cin, y0, rows);
-      char* out = static_cast<char*>(y.raw()) + static_cast<size_t>(y0 * s.W * s.Cout) * dtype_size(y.dtype());
+      char* out = row_ptr(y, y0 * s.W);
       cuda::linear_gemm(ctx, "conv2d_3x3", col.get(), w, in_dtype, out, y.dtype(), rows * s.W, s.Cout, K, bias,
                         cuda::GemmEpilogue::Bias);
     }
@@ -489,7 +504,7 @@ void CudaBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
   expect_float("copy_rows_", dst, "dst");
   expect_float("copy_rows_", src, "src");
   op_shapes::rows_into("copy_rows_", dst, row, src);
-  char* base = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
+  char* base = row_ptr(dst, row);
   cuda::convert(impl_->ctx, src.raw(), src.dtype(), base, dst.dtype(), src.numel());
 }
 
@@ -563,7 +578,7 @@ void CudaBackend::linear_into_(Tensor& dst, int64_t row, const Tensor& x, const 
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_into_: x converted to the weight dtype");
   const void* bp = m.bias_for(&bias, dst.dtype(), bias_conv, "linear_into_: bias in the output dtype");
-  char* out = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * N) * dtype_size(dst.dtype());
+  char* out = row_ptr(dst, row);
   cuda::linear_gemm(m.ctx, "linear_into_", xp, w.raw(), w.dtype(), out, dst.dtype(), M, N, K, bp,
                     cuda::GemmEpilogue::Bias);
 }
@@ -587,17 +602,11 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
       m.conv.eligible(xp, w.raw(), bp, y.raw(), out_dtype, s, nullptr)) {
     std::string error;
     const auto result = m.conv.run(m.ctx, xp, w.raw(), bp, y.raw(), out_dtype, s, &error);
-    if (result == cuda::CudnnConv::Result::Ran || result == cuda::CudnnConv::Result::RanNewPlan) {
+    if (m.cudnn_ran(m.conv, result, error, "im2col + cuBLASLt")) {
       ++m.conv_calls[0];
-      if (result == cuda::CudnnConv::Result::RanNewPlan && m.opt.cudnn_self_check)
+      if (result == cuda::CudnnPath::Result::RanNewPlan && m.opt.cudnn_self_check)
         m.self_check_conv(xp, w.raw(), bp, y, s);
       return y;
-    }
-    if (result == cuda::CudnnConv::Result::NoPlan) {
-      m.log.warn("{}; using im2col + cuBLASLt for this shape", error);
-    } else {
-      m.log.warn("{}; using im2col + cuBLASLt for every convolution from now on", error);
-      m.conv.disable(error);
     }
   }
   m.conv_im2col(xp, w.raw(), in_dtype, bp, y, s);
@@ -749,7 +758,7 @@ void CudaBackend::rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& pr
   expect_cuda(op, cos, "cos");
   expect_cuda(op, sin, "sin");
   const int64_t H = op_shapes::rms_norm_rope_into(dst, row, proj, weight, cos, sin);
-  char* out = static_cast<char*>(dst.raw()) + static_cast<size_t>(row * dst.cols()) * dtype_size(dst.dtype());
+  char* out = row_ptr(dst, row);
   cuda::rms_norm_rope(impl_->ctx, proj.raw(), proj.dtype(), weight.raw(), weight.dtype(), cos.data<float>(),
                       sin.data<float>(), out, dst.dtype(), proj.rows(), H, weight.numel(), eps);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "cuda_context.h"
 #include "cudnn_path.h"
 
 namespace ditbatch::cuda::cudnn {
@@ -87,23 +88,7 @@ Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
   return g;
 }
 
-Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType dtype) {
-  Graph g;
-  g.name = cat("conv 3x3 ", H, "x", W, " ", Cin, "->", Cout, " ", dtype_name(dtype));
-  const cudnnDataType_t io = dtype == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  // NCHW dims with NHWC strides (cuDNN's convention for channels-last); the filter is KRSC.
-  const std::vector<int64_t> x_dims = {1, Cin, H, W}, x_strides = {H * W * Cin, 1, W * Cin, Cin};
-  const std::vector<int64_t> w_dims = {Cout, Cin, 3, 3}, w_strides = {9 * Cin, 1, 3 * Cin, Cin};
-  const std::vector<int64_t> y_dims = {1, Cout, H, W}, y_strides = {H * W * Cout, 1, W * Cout, Cout};
-  const std::vector<int64_t> b_dims = {1, Cout, 1, 1}, b_strides = {Cout, 1, Cout, Cout};
-  constexpr int64_t kConvOut = 100;  // the virtual fp32 result before the bias
-  g.parts.push_back(tensor({kConvX, io, x_dims, x_strides}));
-  g.parts.push_back(tensor({kConvW, io, w_dims, w_strides}));
-  g.parts.push_back(tensor({kConvBias, io, b_dims, b_strides}));
-  g.parts.push_back(tensor({kConvY, io, y_dims, y_strides}));
-  g.parts.push_back(tensor({kConvOut, CUDNN_DATA_FLOAT, y_dims, y_strides, false, /*is_virtual=*/true}));
-  const Desc &x = g.parts[0], &w = g.parts[1], &bias = g.parts[2], &y = g.parts[3], &conv_out = g.parts[4];
-
+std::pair<Desc, Desc> conv3x3_forward(const Desc& x, const Desc& w, const Desc& y) {
   Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
   const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;  // what torch's Conv2d computes
@@ -121,11 +106,33 @@ Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType 
   const float alpha = 1.0f, beta = 0.0f;
   fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x, "conv X");
   fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w, "conv W");
-  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, conv_out, "conv Y");
+  fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y, "conv Y");
   fprop.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv, "conv descriptor");
   fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha, "conv alpha");
   fprop.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta, "conv beta");
   fprop.finalize("convolution forward operation");
+  return {std::move(conv), std::move(fprop)};
+}
+
+Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType dtype) {
+  Graph g;
+  g.name = cat("conv 3x3 ", H, "x", W, " ", Cin, "->", Cout, " ", dtype_name(dtype));
+  const cudnnDataType_t io = dtype == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  // NCHW dims with NHWC strides (cuDNN's convention for channels-last); the filter is KRSC.
+  const std::vector<int64_t> x_dims = {1, Cin, H, W}, x_strides = {H * W * Cin, 1, W * Cin, Cin};
+  const std::vector<int64_t> w_dims = {Cout, Cin, 3, 3}, w_strides = {9 * Cin, 1, 3 * Cin, Cin};
+  const std::vector<int64_t> y_dims = {1, Cout, H, W}, y_strides = {H * W * Cout, 1, W * Cout, Cout};
+  const std::vector<int64_t> b_dims = {1, Cout, 1, 1}, b_strides = {Cout, 1, Cout, Cout};
+  constexpr int64_t kConvOut = 100;  // the virtual fp32 result before the bias
+  g.parts.push_back(tensor({kConvX, io, x_dims, x_strides}));
+  g.parts.push_back(tensor({kConvW, io, w_dims, w_strides}));
+  g.parts.push_back(tensor({kConvBias, io, b_dims, b_strides}));
+  g.parts.push_back(tensor({kConvY, io, y_dims, y_strides}));
+  g.parts.push_back(tensor({kConvOut, CUDNN_DATA_FLOAT, y_dims, y_strides, false, /*is_virtual=*/true}));
+  const Desc &x = g.parts[0], &w = g.parts[1], &bias = g.parts[2], &y = g.parts[3], &conv_out = g.parts[4];
+
+  const cudnnDataType_t accumulate = CUDNN_DATA_FLOAT;
+  auto [conv, fprop] = conv3x3_forward(x, w, conv_out);
 
   Desc add(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
   const cudnnPointwiseMode_t add_mode = CUDNN_POINTWISE_ADD;
@@ -282,5 +289,28 @@ void CudnnPath::release() { cache_->release(); }
 bool CudnnPath::disabled() const { return cache_->disabled(); }
 std::string CudnnPath::status() const { return cache_->status(); }
 cudnn::PlanCache& CudnnPath::cache() const { return *cache_; }
+
+CudnnPath::Result CudnnPath::run_plan(const CudaContext& ctx, const std::array<int64_t, 4>& key,
+                                      const std::function<cudnn::Graph()>& make_graph,
+                                      const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
+                                      const char* what, const std::function<std::string()>& describe,
+                                      std::string* error) {
+  try {
+    const cudnnHandle_t handle = cache_->handle(ctx.stream);
+    bool fresh = false;
+    const cudnn::Plan& plan = cache_->plan(key, make_graph, &fresh);
+    DeviceBlock workspace;
+    if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), what);
+    cudnn::execute(handle, plan, uids, pointers, workspace.get());
+    check_launch(what, ctx.stream, ctx.sync_each_op);
+    return fresh ? Result::RanNewPlan : Result::Ran;
+  } catch (const cudnn::NoPlan& e) {
+    if (error) *error = e.what();
+    return Result::NoPlan;
+  } catch (const std::exception& e) {
+    if (error) *error = cat(describe(), ", cuDNN ", cudnnGetVersion(), ": ", e.what());
+    return Result::Failed;
+  }
+}
 
 }  // namespace ditbatch::cuda

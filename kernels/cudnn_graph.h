@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <map>
 #include <memory>
 #include <set>
@@ -90,6 +91,10 @@ enum SdpaUid : int64_t { kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaSc
 // (a fused pointwise add): x [H, W, Cin], w [Cout, 3, 3, Cin] (KRSC), bias [Cout], y [H, W, Cout].
 // uids: 1 x, 2 w, 3 bias, 4 y.
 Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType dtype);
+// Its convolution: stride 1, padding 1, cross-correlation as torch, fp32 accumulation, of x by
+// w into y, finalized: {the convolution descriptor, the forward operation}. Tensors that do
+// not fit together throw Failure here.
+std::pair<Desc, Desc> conv3x3_forward(const Desc& x, const Desc& w, const Desc& y);
 enum ConvUid : int64_t { kConvX = 1, kConvW = 2, kConvBias = 3, kConvY = 4 };
 
 // A device-properties descriptor from cuDNN's JSON form (deviceless heuristics).

@@ -3,14 +3,20 @@
 // includes: the cache lives behind a pointer.
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ditbatch::cuda {
 
+struct CudaContext;
 namespace cudnn {
 class PlanCache;
-}
+struct Graph;
+}  // namespace cudnn
 
 class CudnnPath {
  public:
@@ -25,11 +31,22 @@ class CudnnPath {
   // "available (cuDNN 91900, 3 plans built)" or "disabled: <why>".
   std::string status() const;
 
+  // NoPlan: cuDNN has no plan for this shape (the path stays on for others); Failed: the
+  // path should be switched off. Neither wrote the output.
+  enum class Result { Ran, RanNewPlan, NoPlan, Failed };
+
  protected:
   // unusable: why the cuDNN loaded cannot serve this path at all ("" when it can).
   explicit CudnnPath(const std::string& unusable);
   ~CudnnPath();
   cudnn::PlanCache& cache() const;
+  // Queues the plan for key (built with make_graph the first time) on ctx's stream, the tensors
+  // paired with their uids, a workspace from ctx's allocator. `what` names the call in launch
+  // errors; on Failed, *error is describe() (the shape) + the cuDNN version + the cause.
+  Result run_plan(const CudaContext& ctx, const std::array<int64_t, 4>& key,
+                  const std::function<cudnn::Graph()>& make_graph, const std::vector<int64_t>& uids,
+                  const std::vector<void*>& pointers, const char* what,
+                  const std::function<std::string()>& describe, std::string* error);
 
  private:
   std::unique_ptr<cudnn::PlanCache> cache_;

@@ -14,6 +14,17 @@ namespace ditbatch::cuda {
 // kernels
 // ---------------------------------------------------------------------------------------------
 
+// The sum of squares of one row, reduced across the warp (every lane gets it).
+template <typename T>
+__device__ __forceinline__ float warp_sum_sq(const T* row, int cols, int lane) {
+  float sum_sq = 0.0f;
+  for (int c = lane; c < cols; c += 32) {
+    const float v = to_f(row[c]);
+    sum_sq += v * v;
+  }
+  return warp_sum(sum_sq);
+}
+
 template <typename TX, typename TW, typename TY>
 __global__ void rms_norm_kernel(const TX* __restrict__ x, const TW* __restrict__ weight, TY* __restrict__ y,
                                 int64_t rows, int cols, float eps) {
@@ -21,13 +32,7 @@ __global__ void rms_norm_kernel(const TX* __restrict__ x, const TW* __restrict__
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const TX* xr = x + row * cols;
-  float sum_sq = 0.0f;
-  for (int c = lane; c < cols; c += 32) {
-    const float v = to_f(xr[c]);
-    sum_sq += v * v;
-  }
-  sum_sq = warp_sum(sum_sq);
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+  const float inv_rms = 1.0f / sqrtf(warp_sum_sq(xr, cols, lane) / static_cast<float>(cols) + eps);
   TY* yr = y + row * cols;
   for (int c = lane; c < cols; c += 32) yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(to_f(xr[c]), inv_rms), to_f(weight[c])));
 }
@@ -71,12 +76,7 @@ __global__ void l2_norm_scale_kernel(const TX* __restrict__ x, const TG* __restr
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const TX* xr = x + row * cols;
-  float sum_sq = 0.0f;
-  for (int c = lane; c < cols; c += 32) {
-    const float v = to_f(xr[c]);
-    sum_sq += v * v;
-  }
-  const float norm = fmaxf(sqrtf(warp_sum(sum_sq)), 1e-12f);
+  const float norm = fmaxf(sqrtf(warp_sum_sq(xr, cols, lane)), 1e-12f);
   TY* yr = y + row * cols;
   for (int c = lane; c < cols; c += 32)
     yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(__fdiv_rn(to_f(xr[c]), norm), sqrt_cols), to_f(gamma[c])));
@@ -112,13 +112,7 @@ __global__ void rms_norm_rope_kernel(const TP* __restrict__ proj, const TW* __re
   const int64_t token = hr / H;
   const int Dh = 2 * half;
   const TP* xr = proj + hr * Dh;
-  float sum_sq = 0.0f;
-  for (int c = lane; c < Dh; c += 32) {
-    const float v = to_f(xr[c]);
-    sum_sq += v * v;
-  }
-  sum_sq = warp_sum(sum_sq);
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(Dh) + eps);
+  const float inv_rms = 1.0f / sqrtf(warp_sum_sq(xr, Dh, lane) / static_cast<float>(Dh) + eps);
   TO* orow = out + hr * Dh;
   for (int m = lane; m < half; m += 32) {
     const float a = to_f(from_f<TO>(__fmul_rn(__fmul_rn(to_f(xr[2 * m]), inv_rms), to_f(weight[2 * m]))));

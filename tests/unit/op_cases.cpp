@@ -82,27 +82,6 @@ OpCase attention_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv, int64_t Dh
   return c;
 }
 
-// attention() into rows [row, row + Lq) of a random dst [Lq + 5, H * Dh].
-OpCase attention_into_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
-  OpCase c = attention_case(Lq, Lk, H, H, Dh, false, seed);
-  c.name = fmt::format("attention_into_Lq{}_Lk{}_H{}_D{}_row{}", Lq, Lk, H, Dh, row);
-  c.inputs.push_back({random_tensor({Lq + 5, H * Dh}, seed + 3, 3.0f), InputKind::Activation});
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
-  c.run = [row, scale](Backend& be, std::vector<Tensor>& in) {
-    be.attention_into_(in[3], row, in[0], in[1], in[2], scale, false);
-    return in[3];
-  };
-  auto attention_ref = c.reference;
-  c.reference = [attention_ref, Lq, H, Dh, row](const std::vector<Tensor>& in) {
-    std::vector<double> y(static_cast<size_t>((Lq + 5) * H * Dh));
-    for (size_t i = 0; i < y.size(); ++i) y[i] = at(in[3], static_cast<int64_t>(i));
-    const std::vector<double> o = attention_ref(in);
-    std::copy(o.begin(), o.end(), y.begin() + row * H * Dh);
-    return y;
-  };
-  return c;
-}
-
 // An op applied element by element (or row by row) with a float64 formula.
 OpCase unary_case(const std::string& name, Shape shape, float scale, uint32_t seed,
                   std::function<Tensor(Backend&, Tensor&)> run, std::function<double(double)> f) {
@@ -189,23 +168,45 @@ OpCase linear_gelu_case(int64_t M, int64_t K, int64_t N, uint32_t seed) {
   return c;
 }
 
-// Rows [row, row + M) of a random dst [M + 5, N]; the other rows must keep their values.
+// Turns case c (whose result is a new [rows, width] tensor) into its "_into_" form: one more
+// input, a random dst [dst_rows, width], which run_into writes at rows [row, row + rows). The
+// reference is dst with c's reference placed there: the other rows must keep their values.
+void into_random_dst(OpCase& c, int64_t row, int64_t dst_rows, int64_t width, uint32_t seed,
+                     std::function<void(Backend&, std::vector<Tensor>&)> run_into) {
+  const size_t dst = c.inputs.size();
+  c.inputs.push_back({random_tensor({dst_rows, width}, seed, 7.0f), InputKind::Activation});
+  c.run = [run_into, dst](Backend& be, std::vector<Tensor>& in) {
+    run_into(be, in);
+    return in[dst];
+  };
+  auto plain = c.reference;
+  c.reference = [plain, dst, row, width](const std::vector<Tensor>& in) {
+    std::vector<double> y(static_cast<size_t>(in[dst].numel()));
+    for (size_t i = 0; i < y.size(); ++i) y[i] = at(in[dst], static_cast<int64_t>(i));
+    const std::vector<double> result = plain(in);
+    std::copy(result.begin(), result.end(), y.begin() + row * width);
+    return y;
+  };
+}
+
+// Rows [row, row + M) of a random dst [M + 5, N].
 OpCase linear_into_case(int64_t M, int64_t K, int64_t N, int64_t row, uint32_t seed) {
   OpCase c = linear_case(M, K, N, true, seed);
   c.name = fmt::format("linear_into_M{}_K{}_N{}_row{}", M, K, N, row);
-  c.inputs.push_back({random_tensor({M + 5, N}, seed + 3, 7.0f), InputKind::Activation});
-  c.run = [row](Backend& be, std::vector<Tensor>& in) {
+  into_random_dst(c, row, M + 5, N, seed + 3, [row](Backend& be, std::vector<Tensor>& in) {
     be.linear_into_(in[3], row, in[0], in[1], in[2]);
-    return in[3];
-  };
-  auto linear_ref = c.reference;
-  c.reference = [linear_ref, M, N, row](const std::vector<Tensor>& in) {
-    std::vector<double> y(static_cast<size_t>((M + 5) * N));
-    for (int64_t i = 0; i < (M + 5) * N; ++i) y[static_cast<size_t>(i)] = at(in[3], i);
-    const std::vector<double> lin = linear_ref(in);
-    std::copy(lin.begin(), lin.end(), y.begin() + row * N);
-    return y;
-  };
+  });
+  return c;
+}
+
+// attention() into rows [row, row + Lq) of a random dst [Lq + 5, H * Dh].
+OpCase attention_into_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
+  OpCase c = attention_case(Lq, Lk, H, H, Dh, false, seed);
+  c.name = fmt::format("attention_into_Lq{}_Lk{}_H{}_D{}_row{}", Lq, Lk, H, Dh, row);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  into_random_dst(c, row, Lq + 5, H * Dh, seed + 3, [row, scale](Backend& be, std::vector<Tensor>& in) {
+    be.attention_into_(in[3], row, in[0], in[1], in[2], scale, false);
+  });
   return c;
 }
 
