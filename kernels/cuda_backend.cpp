@@ -14,6 +14,8 @@
 //   fused: linear_gelu as linear (-> act dtype); linear_into_ -> dst's dtype; rms_norm_rope_into_
 //   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
 //   shift, scale share one dtype, else the Backend's two-op default
+//   pack_latents f32 -> f32; unpack_latents packed, divisor, mean f32 -> act dtype;
+//   to_rgb8 x f32|bf16 -> u8; count_nonfinite x f32|bf16
 // Anything else fails with a message naming the op and the dtypes.
 #include "cuda_backend.h"
 
@@ -476,27 +478,14 @@ Tensor CudaBackend::upload_weight(const Tensor& host) {
   return out;
 }
 
-Tensor CudaBackend::to_host_f32(const Tensor& t) {
-  DITBATCH_CHECK(t.defined(), "to_host_f32: undefined tensor");
-  Tensor raw = t;
-  if (t.device() == Device::Cuda) {
-    raw = Tensor::host(t.shape(), t.dtype());
-    if (t.nbytes() > 0)
-      cuda::check(cudaMemcpyAsync(raw.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->stream),
-                  fmt::format("to_host_f32: copying {}", t.describe()));
-    impl_->wait("to_host_f32");
-  }
-  if (is_float(raw.dtype())) return raw.to_f32();
-  Tensor out = Tensor::host(raw.shape(), DType::F32);
-  float* dst = out.data<float>();
-  for (int64_t i = 0; i < raw.numel(); ++i) {
-    switch (raw.dtype()) {
-      case DType::I32: dst[i] = static_cast<float>(raw.data<int32_t>()[i]); break;
-      case DType::I64: dst[i] = static_cast<float>(raw.data<int64_t>()[i]); break;
-      case DType::U8: dst[i] = static_cast<float>(raw.data<uint8_t>()[i]); break;
-      default: fail("to_host_f32: unexpected dtype {}", dtype_name(raw.dtype()));
-    }
-  }
+Tensor CudaBackend::to_host(const Tensor& t) {
+  DITBATCH_CHECK(t.defined(), "to_host: undefined tensor");
+  if (t.device() != Device::Cuda) return t.clone();
+  Tensor out = Tensor::host(t.shape(), t.dtype());
+  if (t.nbytes() > 0)
+    cuda::check(cudaMemcpyAsync(out.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, impl_->stream),
+                fmt::format("to_host: copying {}", t.describe()));
+  impl_->wait("to_host");
   return out;
 }
 
@@ -840,6 +829,44 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, co
 
 std::unique_ptr<Backend> make_cuda_backend(int device, const Log& log) {
   return make_cuda_backend(CudaBackendOptions::from_env(device), log);
+}
+
+// ---- latents and images ----------------------------------------------------------------------
+
+Tensor CudaBackend::pack_latents(const Tensor& x) {
+  expect_cuda("pack_latents", x, "x");
+  DITBATCH_CHECK(x.dtype() == DType::F32, "pack_latents: x {} must be f32 (the latents)", x.describe());
+  const op_shapes::LatentGrid g = op_shapes::pack_latents(x);
+  Tensor packed = impl_->alloc({g.h * g.w, 4 * g.channels}, DType::F32, "pack_latents");  // [S, 4C]
+  cuda::pack_latents(impl_->ctx, x.data<float>(), packed.data<float>(), g.channels, g.h, g.w);
+  return packed;
+}
+
+Tensor CudaBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
+                                   const Tensor& mean) {
+  for (auto [t, what] : {std::pair{&packed, "packed"}, {&divisor, "divisor"}, {&mean, "mean"}}) {
+    expect_cuda("unpack_latents", *t, what);
+    DITBATCH_CHECK(t->dtype() == DType::F32, "unpack_latents: {} {} must be f32", what, t->describe());
+  }
+  const int64_t C = op_shapes::unpack_latents(packed, h, w, divisor, mean);
+  Tensor z = impl_->alloc({2 * h, 2 * w, C}, act_dtype(), "unpack_latents");  // NHWC
+  cuda::unpack_latents(impl_->ctx, packed.data<float>(), divisor.data<float>(), mean.data<float>(), z.raw(),
+                       z.dtype(), C, h, w);
+  return z;
+}
+
+Tensor CudaBackend::to_rgb8(const Tensor& x) {
+  expect_float("to_rgb8", x, "x");
+  Tensor rgb = impl_->alloc(x.shape(), DType::U8, "to_rgb8");
+  cuda::to_rgb8(impl_->ctx, x.raw(), x.dtype(), rgb.data<uint8_t>(), x.numel());
+  return rgb;
+}
+
+int64_t CudaBackend::count_nonfinite(const Tensor& x) {
+  expect_float("count_nonfinite", x, "x");
+  Tensor count = impl_->alloc({1}, DType::I64, "count_nonfinite");
+  cuda::count_nonfinite(impl_->ctx, x.raw(), x.dtype(), x.numel(), count.data<int64_t>());
+  return to_host(count).data<int64_t>()[0];
 }
 
 }  // namespace ditbatch

@@ -68,7 +68,7 @@ class CudaBackend final : public Backend {
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host, DType dtype) override;
   Tensor upload_weight(const Tensor& host) override;
-  Tensor to_host_f32(const Tensor& t) override;
+  Tensor to_host(const Tensor& t) override;
   void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
   void synchronize() override;
   std::optional<MemoryInfo> device_memory() override;
@@ -97,6 +97,12 @@ class CudaBackend final : public Backend {
 
   Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) override;
   void euler_step_(Tensor& x, const Tensor& v, float dt) override;
+
+  Tensor pack_latents(const Tensor& x) override;
+  Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
+                        const Tensor& mean) override;
+  Tensor to_rgb8(const Tensor& x) override;
+  int64_t count_nonfinite(const Tensor& x) override;
 
   // fused: one cuBLASLt call (GELU_BIAS epilogue), a GEMM into rows of dst, one kernel each
   Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) override;

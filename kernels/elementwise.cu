@@ -1,4 +1,5 @@
-// Element-wise kernels: dtype conversion, activations, residual adds, clamp, the Euler step.
+// Element-wise kernels: dtype conversion, activations, residual adds, clamp, the Euler step, the
+// uint8 image and the count of non-finite values.
 // Arithmetic is fp32 whatever the storage type; where the CPU reference rounds each product
 // (x + g * y, x + dt * v) the kernels do too (__fmul_rn / __fadd_rn: no FMA contraction), so
 // f32 runs agree with it bit for bit.
@@ -72,6 +73,48 @@ template <typename TV>
 __global__ void euler_kernel(float* __restrict__ x, const TV* __restrict__ v, int64_t n, float dt) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     x[i] = __fadd_rn(x[i], __fmul_rn(dt, to_f(v[i])));
+}
+
+// diffusers' postprocess in f32: (x * 0.5 + 0.5).clamp(0, 1), then (v * 255).round() (half to even).
+template <typename T>
+__global__ void to_rgb8_kernel(const T* __restrict__ x, uint8_t* __restrict__ rgb, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float v = __fadd_rn(__fmul_rn(to_f(x[i]), 0.5f), 0.5f);
+    v = v < 0.0f ? 0.0f : v;  // a NaN passes both comparisons and becomes 0 below
+    v = 1.0f < v ? 1.0f : v;
+    rgb[i] = v == v ? static_cast<uint8_t>(rintf(__fmul_rn(v, 255.0f))) : uint8_t{0};
+  }
+}
+
+// Sum of the block's per-thread counts (kThreads threads), in shared memory: thread 0 gets it.
+__device__ int64_t block_sum(int64_t v) {
+  __shared__ int64_t sums[kThreads];
+  sums[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half >>= 1) {
+    if (static_cast<int>(threadIdx.x) < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  return sums[0];
+}
+
+// Stage 1: each block counts its grid-stride share into partial[blockIdx.x]. No atomics, so the
+// count is the same whatever the order blocks run in (it is an integer either way).
+template <typename T>
+__global__ void count_nonfinite_kernel(const T* __restrict__ x, int64_t n, int64_t* __restrict__ partial) {
+  int64_t count = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    count += !(fabsf(to_f(x[i])) < CUDART_INF_F);  // NaN fails every comparison
+  const int64_t total = block_sum(count);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+// Stage 2: one block adds the partial counts.
+__global__ void sum_counts_kernel(const int64_t* __restrict__ partial, int64_t blocks, int64_t* __restrict__ out) {
+  int64_t count = 0;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) count += partial[b];
+  const int64_t total = block_sum(count);
+  if (threadIdx.x == 0) *out = total;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,6 +231,31 @@ void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v
     euler_kernel<TV><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, static_cast<const TV*>(v), n, dt);
   });
   ctx.launched("euler_step_");
+}
+
+void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n) {
+  check_count("to_rgb8", n);
+  if (n == 0) return;
+  dispatch_float(dtype, "to_rgb8", "x", [&](auto t) {
+    using T = decltype(t);
+    to_rgb8_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), rgb, n);
+  });
+  ctx.launched("to_rgb8");
+}
+
+void count_nonfinite(const CudaContext& ctx, const void* x, DType dtype, int64_t n, int64_t* count) {
+  check_count("count_nonfinite", n);
+  const unsigned blocks = grid_for(ctx, n);
+  // Freed when this returns: the stream runs both kernels before any later user of the block.
+  DeviceBlock partial = ctx.scratch(blocks * sizeof(int64_t), "count_nonfinite: per-block counts");
+  dispatch_float(dtype, "count_nonfinite", "x", [&](auto t) {
+    using T = decltype(t);
+    count_nonfinite_kernel<T><<<blocks, kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), n,
+                                                                   static_cast<int64_t*>(partial.get()));
+  });
+  ctx.launched("count_nonfinite");
+  sum_counts_kernel<<<1, kThreads, 0, ctx.stream>>>(static_cast<const int64_t*>(partial.get()), blocks, count);
+  ctx.launched("count_nonfinite (sum)");
 }
 
 }  // namespace ditbatch::cuda

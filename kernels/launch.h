@@ -28,6 +28,10 @@ void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const voi
 void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, float lo, float hi);
 // x (f32) = x + dt * v
 void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v_dtype, int64_t n, float dt);
+// rgb (u8) [n] = round_half_even(clamp(x * 0.5 + 0.5, 0, 1) * 255) in f32; NaN -> 0
+void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n);
+// *count (one device int64) = how many of x[0, n) are NaN or +-Inf (two launches, scratch from ctx)
+void count_nonfinite(const CudaContext& ctx, const void* x, DType dtype, int64_t n, int64_t* count);
 
 // ---- norm.cu (one warp per row) ----
 // y = x / sqrt(mean(x^2) + eps) * weight
@@ -67,6 +71,11 @@ void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dt
 // col [rows * W, 9 * Cin] for output rows [y0, y0 + rows) of a 3x3 / pad 1 convolution of x [H, W, Cin]
 void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
                int64_t y0, int64_t rows);
+// x [C, 2h, 2w] (f32) -> packed [h * w, 4C] (f32), packed[i*w + j, c*4 + dy*2 + dx] = x[c, 2i+dy, 2j+dx]
+void pack_latents(const CudaContext& ctx, const float* x, float* packed, int64_t C, int64_t h, int64_t w);
+// packed [h * w, 4C] (f32) -> z [2h, 2w, C] (z_dtype), z = latent / divisor[c] + mean[c]; divisor, mean: f32 [C]
+void unpack_latents(const CudaContext& ctx, const float* packed, const float* divisor, const float* mean, void* z,
+                    DType z_dtype, int64_t C, int64_t h, int64_t w);
 
 // ---- attention.cu ----
 // q [Lq, H, Dh], k and v [Lk, Hkv, Dh], o [Lq, H, Dh], all of one dtype.

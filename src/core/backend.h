@@ -30,8 +30,10 @@ class Backend {
   virtual Tensor upload(const Tensor& host, DType dtype) = 0;
   // Weights: converted to the backend's weight dtype, kept for the life of the model.
   virtual Tensor upload_weight(const Tensor& host) = 0;
+  // Copies a backend tensor to a new host tensor of its dtype (waits for pending work).
+  virtual Tensor to_host(const Tensor& t) = 0;
   // Copies a backend tensor to a new host fp32 tensor (waits for pending work).
-  virtual Tensor to_host_f32(const Tensor& t) = 0;
+  Tensor to_host_f32(const Tensor& t) { return to_host(t).to_f32(); }
   // dst rows [row, row + src.rows) = src (same cols, any float dtypes: converts).
   virtual void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) = 0;
   // Waits until all queued work is done (no-op on the CPU).
@@ -97,6 +99,21 @@ class Backend {
   virtual Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) = 0;
   // Euler step of the flow-matching scheduler: x = x + dt * v.
   virtual void euler_step_(Tensor& x, const Tensor& v, float dt) = 0;
+
+  // ---- latents and images (one image, between the sampler and the PNG) ----
+  // The sampler's 2x2 patchify: x [C, 2h, 2w] (f32) -> [h * w, 4C] (f32),
+  // packed[i * w + j, c * 4 + dy * 2 + dx] = x[c, 2i + dy, 2j + dx].
+  virtual Tensor pack_latents(const Tensor& x) = 0;
+  // Its inverse fused with the VAE's de-normalisation, straight into the decoder's NHWC input:
+  // packed [h * w, 4C] (f32) -> z [2h, 2w, C] (act dtype), z = latent / divisor[c] + mean[c] in
+  // f32 (diffusers divides by 1/std); divisor and mean f32 [C].
+  virtual Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
+                                const Tensor& mean) = 0;
+  // A decoded image in [-1, 1] (f32 or the act dtype) -> u8 of the same shape, as diffusers'
+  // postprocess in f32: round_half_even(clamp(x * 0.5 + 0.5, 0, 1) * 255). NaN gives 0.
+  virtual Tensor to_rgb8(const Tensor& x) = 0;
+  // How many elements of x are NaN or +-Inf (waits for queued work): checked before an image is kept.
+  virtual int64_t count_nonfinite(const Tensor& x) = 0;
 
   // ---- fused ops ----
   // Each has a default here, written with the ops above: a backend overrides one only to do

@@ -104,4 +104,22 @@ void image_hwc(const char* op, const Tensor& x) {
   DITBATCH_CHECK(x.rank() == 3, "{}: x {} (expected [H, W, C])", op, x.describe());
 }
 
+LatentGrid pack_latents(const Tensor& x) {
+  DITBATCH_CHECK(x.rank() == 3 && x.dim(0) > 0 && x.dim(1) > 0 && x.dim(2) > 0 && x.dim(1) % 2 == 0 &&
+                     x.dim(2) % 2 == 0,
+                 "pack_latents: x {} (expected [C, 2h, 2w]: even, positive height and width)", x.describe());
+  return {x.dim(0), x.dim(1) / 2, x.dim(2) / 2};
+}
+
+int64_t unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor, const Tensor& mean) {
+  DITBATCH_CHECK(h > 0 && w > 0 && packed.rank() == 2 && packed.dim(0) == h * w && packed.dim(1) > 0 &&
+                     packed.dim(1) % 4 == 0,
+                 "unpack_latents: packed {} for a {}x{} grid (expected [h * w, 4C])", packed.describe(), h, w);
+  const int64_t C = packed.dim(1) / 4;
+  DITBATCH_CHECK(divisor.numel() == C && mean.numel() == C,
+                 "unpack_latents: divisor {} and mean {} (expected {} values each, one per channel)",
+                 describe(divisor), describe(mean), C);
+  return C;
+}
+
 }  // namespace ditbatch::op_shapes

@@ -36,4 +36,13 @@ int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, c
 void embedding(const Tensor& table, const Tensor& ids);
 void image_hwc(const char* op, const Tensor& x);  // one NHWC image [H, W, C]
 
+// The latent grid of one image: C channels, (h, w) tokens of 2x2 latent pixels.
+struct LatentGrid {
+  int64_t channels = 0, h = 0, w = 0;
+};
+// x [C, 2h, 2w] with both sides even and positive.
+LatentGrid pack_latents(const Tensor& x);
+// packed [h * w, 4C] with h, w > 0, divisor and mean [C]: returns C.
+int64_t unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor, const Tensor& mean);
+
 }  // namespace ditbatch::op_shapes

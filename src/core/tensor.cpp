@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -78,7 +79,14 @@ std::string Tensor::describe() const {
 Tensor Tensor::to_f32() const {
   DITBATCH_CHECK(device() == Device::Host, "to_f32 of a device tensor {}", describe());
   Tensor out = host(shape_, DType::F32);
-  convert_to_f32(raw(), dtype_, out.data<float>(), static_cast<size_t>(numel()));
+  float* dst = out.data<float>();
+  const size_t n = static_cast<size_t>(numel());
+  switch (dtype_) {  // integers: exact up to 2^24 (ids, pixel values)
+    case DType::I32: std::copy(data<int32_t>(), data<int32_t>() + n, dst); break;
+    case DType::I64: std::copy(data<int64_t>(), data<int64_t>() + n, dst); break;
+    case DType::U8: std::copy(data<uint8_t>(), data<uint8_t>() + n, dst); break;
+    default: convert_to_f32(raw(), dtype_, dst, n);
+  }
   return out;
 }
 

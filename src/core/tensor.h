@@ -82,7 +82,7 @@ class Tensor {
   Tensor slice0(int64_t begin, int64_t end) const;
   std::string describe() const;  // "f32[2, 16, 64]"
 
-  // Host tensors only: an fp32 copy (converting bf16/f16), and an element-wise deep copy.
+  // Host tensors only: an fp32 copy (converting bf16/f16 and integers), and a deep copy.
   Tensor to_f32() const;
   Tensor clone() const;
 

@@ -193,7 +193,10 @@ Tensor CpuBackend::upload(const Tensor& host, DType dtype) {
 
 Tensor CpuBackend::upload_weight(const Tensor& host) { return upload(host, DType::F32); }
 
-Tensor CpuBackend::to_host_f32(const Tensor& t) { return t.to_f32(); }
+Tensor CpuBackend::to_host(const Tensor& t) {
+  DITBATCH_CHECK(t.defined(), "to_host: undefined tensor");
+  return t.clone();
+}
 
 void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
   expect_f32("copy_rows_", dst, "dst");
@@ -610,6 +613,68 @@ void CpuBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
   const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] + dt * vp[i];
+}
+
+// ---- latents and images --------------------------------------------------------------------
+
+Tensor CpuBackend::pack_latents(const Tensor& x) {
+  expect_f32("pack_latents", x, "x");
+  const op_shapes::LatentGrid g = op_shapes::pack_latents(x);
+  Tensor packed = Tensor::host({g.h * g.w, 4 * g.channels});  // [S, 4C]
+  const float* src = x.data<float>();
+  float* dst = packed.data<float>();
+  for (int64_t i = 0; i < g.h; ++i)
+    for (int64_t j = 0; j < g.w; ++j)
+      for (int64_t c = 0; c < g.channels; ++c)
+        for (int64_t dy = 0; dy < 2; ++dy)
+          for (int64_t dx = 0; dx < 2; ++dx)
+            dst[(i * g.w + j) * 4 * g.channels + c * 4 + dy * 2 + dx] =
+                src[(c * 2 * g.h + 2 * i + dy) * 2 * g.w + 2 * j + dx];
+  return packed;
+}
+
+Tensor CpuBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
+                                  const Tensor& mean) {
+  expect_f32("unpack_latents", packed, "packed");
+  expect_f32("unpack_latents", divisor, "divisor");
+  expect_f32("unpack_latents", mean, "mean");
+  const int64_t C = op_shapes::unpack_latents(packed, h, w, divisor, mean);
+  Tensor z = Tensor::host({2 * h, 2 * w, C});  // NHWC
+  const float* src = packed.data<float>();
+  const float* div = divisor.data<float>();
+  const float* mu = mean.data<float>();
+  float* dst = z.data<float>();
+  for (int64_t y = 0; y < 2 * h; ++y)
+    for (int64_t x = 0; x < 2 * w; ++x)
+      for (int64_t c = 0; c < C; ++c) {
+        const float latent = src[((y / 2) * w + x / 2) * 4 * C + c * 4 + (y % 2) * 2 + x % 2];
+        dst[(y * 2 * w + x) * C + c] = latent / div[c] + mu[c];
+      }
+  return z;
+}
+
+Tensor CpuBackend::to_rgb8(const Tensor& x) {
+  expect_f32("to_rgb8", x, "x");
+  Tensor rgb = Tensor::host(x.shape(), DType::U8);
+  const float* src = x.data<float>();
+  uint8_t* dst = rgb.data<uint8_t>();
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float v = src[i] * 0.5f + 0.5f;
+    v = v < 0.0f ? 0.0f : v;  // a NaN passes both comparisons and becomes 0 below
+    v = 1.0f < v ? 1.0f : v;
+    dst[i] = v == v ? static_cast<uint8_t>(std::nearbyint(v * 255.0f)) : 0;  // ties to even, as np.round
+  }
+  return rgb;
+}
+
+int64_t CpuBackend::count_nonfinite(const Tensor& x) {
+  expect_f32("count_nonfinite", x, "x");
+  const float* p = x.data<float>();
+  int64_t n = 0;
+#pragma omp parallel for schedule(static) reduction(+ : n) if (x.numel() > kParallelMin)
+  for (int64_t i = 0; i < x.numel(); ++i) n += !std::isfinite(p[i]);
+  return n;
 }
 
 }  // namespace ditbatch

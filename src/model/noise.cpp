@@ -103,38 +103,4 @@ Tensor initial_noise(uint64_t seed, int64_t channels, int64_t latent_h, int64_t 
   return Tensor::host_f32({channels, latent_h, latent_w}, torch_randn(seed, channels * latent_h * latent_w));
 }
 
-Tensor pack_latents(const Tensor& latents) {
-  DITBATCH_CHECK(latents.rank() == 3 && latents.dim(1) % 2 == 0 && latents.dim(2) % 2 == 0 &&
-                     latents.dtype() == DType::F32,
-                 "pack_latents: {} (expected f32 [C, Hl, Wl] with even Hl, Wl)", latents.describe());
-  const int64_t C = latents.dim(0), Hl = latents.dim(1), Wl = latents.dim(2), h = Hl / 2, w = Wl / 2;
-  Tensor packed = Tensor::host({h * w, C * 4});
-  const float* src = latents.data<float>();
-  float* dst = packed.data<float>();
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < w; ++j)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t dy = 0; dy < 2; ++dy)
-          for (int64_t dx = 0; dx < 2; ++dx)
-            dst[(i * w + j) * C * 4 + c * 4 + dy * 2 + dx] = src[(c * Hl + 2 * i + dy) * Wl + 2 * j + dx];
-  return packed;
-}
-
-Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w) {
-  DITBATCH_CHECK(packed.rank() == 2 && packed.dim(0) == h * w && packed.dim(1) % 4 == 0 &&
-                     packed.dtype() == DType::F32,
-                 "unpack_latents: {} for grid {}x{}", packed.describe(), h, w);
-  const int64_t C = packed.dim(1) / 4, Hl = 2 * h, Wl = 2 * w;
-  Tensor lat = Tensor::host({C, Hl, Wl});
-  const float* src = packed.data<float>();
-  float* dst = lat.data<float>();
-  for (int64_t i = 0; i < h; ++i)
-    for (int64_t j = 0; j < w; ++j)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t dy = 0; dy < 2; ++dy)
-          for (int64_t dx = 0; dx < 2; ++dx)
-            dst[(c * Hl + 2 * i + dy) * Wl + 2 * j + dx] = src[(i * w + j) * C * 4 + c * 4 + dy * 2 + dx];
-  return lat;
-}
-
 }  // namespace ditbatch

@@ -127,6 +127,15 @@ VaeDecoder::VaeDecoder(Backend& backend, const Component& component)
 
 VaeDecoder::VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
   bind(binder, &be_, config_, w_);
+  const int64_t C = config_.z_dim;
+  DITBATCH_CHECK(static_cast<int64_t>(config_.latents_std.size()) == C &&
+                     static_cast<int64_t>(config_.latents_mean.size()) == C,
+                 "vae: latents_mean/latents_std must have z_dim = {} values", C);
+  Tensor divisor = Tensor::host({C}), mean = Tensor::host_f32({C}, config_.latents_mean);
+  // diffusers divides by the reciprocal of std (latents / (1/std)), which is not x * std.
+  for (int64_t c = 0; c < C; ++c) divisor.data<float>()[c] = 1.0f / config_.latents_std[static_cast<size_t>(c)];
+  latents_divisor_ = be_.upload(divisor, DType::F32);
+  latents_mean_ = be_.upload(mean, DType::F32);
 }
 
 std::vector<WeightSpec> VaeDecoder::weight_specs(const VaeConfig& config) {
@@ -171,19 +180,10 @@ Tensor VaeDecoder::run_up_block(size_t index, const Tensor& x) {
   return up_block(w_.up_blocks[index], x);
 }
 
-Tensor VaeDecoder::denormalize(const Tensor& latents) const {
-  DITBATCH_CHECK(latents.rank() == 3 && latents.dim(0) == config_.z_dim, "vae: latents {} (expected [{}, h, w])",
-                 latents.describe(), config_.z_dim);
-  Tensor z = latents.to_f32();
-  const int64_t plane = latents.dim(1) * latents.dim(2);
-  float* p = z.data<float>();
-  for (int64_t ch = 0; ch < config_.z_dim; ++ch) {
-    // diffusers divides by the reciprocal of std (latents / (1/std)), which is not x * std.
-    const float inv_std = 1.0f / config_.latents_std[static_cast<size_t>(ch)];
-    const float mean = config_.latents_mean[static_cast<size_t>(ch)];
-    for (int64_t i = 0; i < plane; ++i) p[ch * plane + i] = p[ch * plane + i] / inv_std + mean;
-  }
-  return z;
+Tensor VaeDecoder::decode_latents(const Tensor& packed, int64_t h, int64_t w) {
+  DITBATCH_CHECK(packed.rank() == 2 && packed.dim(1) == 4 * config_.z_dim,
+                 "vae decode: latents {} (expected [h * w, {}])", packed.describe(), 4 * config_.z_dim);
+  return decode_nhwc(be_.unpack_latents(packed, h, w, latents_divisor_, latents_mean_));  // [2h, 2w, z_dim]
 }
 
 Tensor VaeDecoder::decode(const Tensor& z) {
@@ -195,7 +195,10 @@ Tensor VaeDecoder::decode(const Tensor& z) {
   const Tensor zf = z.to_f32();
   for (int64_t ch = 0; ch < C; ++ch)
     for (int64_t i = 0; i < h * w; ++i) nhwc.data<float>()[i * C + ch] = zf.data<float>()[ch * h * w + i];
-  Tensor x = be_.upload(nhwc, be_.act_dtype());
+  return decode_nhwc(be_.upload(nhwc, be_.act_dtype()));
+}
+
+Tensor VaeDecoder::decode_nhwc(Tensor x) {
   x = conv1x1(w_.post_quant_conv, x);
   x = conv3x3(w_.conv_in, x);
   x = residual(w_.mid0, x);

@@ -34,11 +34,13 @@ class VaeDecoder {
   static std::vector<WeightSpec> weight_specs(const VaeConfig& config);
   const VaeConfig& config() const { return config_; }
 
-  // z: the de-normalised latent of one image [z_dim, h, w] on the host (diffusers' layout,
-  // frame axis dropped). Returns the decoded image [8h, 8w, 3] (backend tensor), clamped to [-1, 1].
+  // packed: the sampler's latents of one image as it leaves them, [h * w, 4 * z_dim] (f32, backend)
+  // for a grid of h x w tokens. Unpacks and de-normalises them on the backend
+  // (z = latents / (1/std) + mean, spec §2.6) and decodes: -> [16h, 16w, 3] (backend), in [-1, 1].
+  Tensor decode_latents(const Tensor& packed, int64_t h, int64_t w);
+  // z: an already de-normalised latent [z_dim, h, w] on the host (diffusers' layout, frame axis
+  // dropped, as the goldens store it) -> [8h, 8w, 3] (backend), clamped to [-1, 1].
   Tensor decode(const Tensor& z);
-  // latents [z_dim, h, w] as the sampler leaves them -> z = latents / (1/std) + mean (spec §2.6).
-  Tensor denormalize(const Tensor& latents) const;
   // One stage of decode(), for tests and debugging: up_blocks[index] on NHWC x.
   Tensor run_up_block(size_t index, const Tensor& x);
 
@@ -71,10 +73,13 @@ class VaeDecoder {
   Tensor conv3x3(const Conv& conv, const Tensor& x);
   Tensor conv1x1(const Conv& conv, const Tensor& x);
   Tensor mid_attention(const Tensor& x);
+  Tensor decode_nhwc(Tensor x);  // x [h, w, z_dim] on the backend
+
 
   Backend& be_;
   VaeConfig config_;
   Weights w_;
+  Tensor latents_divisor_, latents_mean_;  // f32 [z_dim] on the backend: 1/std (diffusers' divisor) and mean
 };
 
 }  // namespace ditbatch

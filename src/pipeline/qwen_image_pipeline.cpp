@@ -72,25 +72,6 @@ void QwenImagePipeline::load_denoiser() {
             transformer_->config().num_attention_heads, transformer_->config().attention_head_dim, load.seconds());
 }
 
-bool all_finite(const Tensor& host) {
-  const float* p = host.data<float>();
-  for (int64_t i = 0; i < host.numel(); ++i)
-    if (!std::isfinite(p[i])) return false;
-  return true;
-}
-
-void postprocess_image(const Tensor& decoded, Tensor& image_01, std::vector<uint8_t>& rgb) {
-  image_01 = Tensor::host(decoded.shape());
-  rgb.resize(static_cast<size_t>(decoded.numel()));
-  const float* src = decoded.data<float>();
-  float* dst = image_01.data<float>();
-  for (int64_t i = 0; i < decoded.numel(); ++i) {
-    const float x = std::min(std::max(src[i] * 0.5f + 0.5f, 0.0f), 1.0f);
-    dst[i] = x;
-    rgb[static_cast<size_t>(i)] = static_cast<uint8_t>(std::nearbyint(x * 255.0f));  // ties to even, as np.round
-  }
-}
-
 GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbedding& prompt,
                                            const PromptEmbedding* negative, const StepCallback& on_step,
                                            StageTimes& times) {
@@ -101,8 +82,8 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
   const int64_t channels = transformer_->config().out_channels;
 
   Stopwatch denoise_watch;
-  // torch.randn((1, 1, C, Hl, Wl), generator=manual_seed(seed)), packed to [S, 4C].
-  Tensor latents = be_.upload(pack_latents(initial_noise(job.seed, channels, job.latent_h(), job.latent_w())), DType::F32);
+  // torch.randn((1, 1, C, Hl, Wl), generator=manual_seed(seed)) on the host, packed to [S, 4C] on the backend.
+  Tensor latents = be_.pack_latents(be_.upload(initial_noise(job.seed, channels, job.latent_h(), job.latent_w()), DType::F32));
   const Schedule schedule = make_schedule(scheduler_, static_cast<int>(job.steps), S);
   for (int i = 0; i < schedule.steps(); ++i) {
     // Timestep-only work once per step, shared by the cond and negative passes.
@@ -118,22 +99,26 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
     be_.euler_step_(latents, velocity, schedule.dt(i));
     if (on_step) on_step(i + 1, schedule.steps());
   }
+  const int64_t bad_latents = be_.count_nonfinite(latents);
   result.latents = be_.to_host_f32(latents);
   times.transformer += denoise_watch.seconds();
-  if (!all_finite(result.latents)) {
-    result.error = fmt::format("NaN or Inf in the latents after {} steps (a bad weight or an overflow)", job.steps);
+  if (bad_latents > 0) {
+    result.error = fmt::format("NaN or Inf in {} of {} latent values after {} steps (a bad weight or an overflow)",
+                               bad_latents, latents.numel(), job.steps);
     return result;
   }
 
   Stopwatch vae_watch;
-  Tensor z = vae_->denormalize(unpack_latents(result.latents, h, w));  // [C, Hl, Wl]
-  Tensor decoded = be_.to_host_f32(vae_->decode(z));                   // [H, W, 3] in [-1, 1]
-  times.vae += vae_watch.seconds();
-  if (!all_finite(decoded)) {
-    result.error = "NaN or Inf in the decoded image (VAE)";
+  Tensor decoded = vae_->decode_latents(latents, h, w);  // [H, W, 3] in [-1, 1]
+  const int64_t bad_pixels = be_.count_nonfinite(decoded);
+  if (bad_pixels > 0) {
+    times.vae += vae_watch.seconds();
+    result.error = fmt::format("NaN or Inf in {} of {} values of the decoded image (VAE)", bad_pixels, decoded.numel());
     return result;
   }
-  postprocess_image(decoded, result.image, result.rgb);
+  const Tensor rgb = be_.to_host(be_.to_rgb8(decoded));  // diffusers' postprocess, on the backend
+  times.vae += vae_watch.seconds();
+  result.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
   result.ok = true;
   return result;
 }

@@ -35,7 +35,6 @@ struct GeneratedImage {
   bool ok = false;
   std::string error;         // why not, e.g. "NaN in the latents after step 50"
   Tensor latents;            // host f32 [S, 64], packed, after the last step
-  Tensor image;              // host f32 [H, W, 3] in [0, 1] (diffusers' output_type="np")
   std::vector<uint8_t> rgb;  // [H, W, 3] (output_type="pil")
 };
 
@@ -77,9 +76,5 @@ class QwenImagePipeline {
   std::unique_ptr<QwenImageTransformer> transformer_;
   std::unique_ptr<VaeDecoder> vae_;
 };
-
-// diffusers' postprocess: x = clamp(img * 0.5 + 0.5, 0, 1) (float32), u8 = round_half_even(x * 255).
-void postprocess_image(const Tensor& decoded, Tensor& image_01, std::vector<uint8_t>& rgb);
-bool all_finite(const Tensor& host);
 
 }  // namespace ditbatch

@@ -3,6 +3,9 @@
 // layout conversions between diffusers' tensors and ditbatch's.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -57,6 +60,27 @@ inline ImageJob golden_pipeline_job(const h5::Group& g) {
   job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
   job.true_cfg = g.attr_int("true_cfg") != 0;
   return job;
+}
+
+// How an 8-bit image agrees with diffusers' (image_uint8 of a pipeline.h5 case).
+struct RgbAgreement {
+  int64_t max_diff = 0;
+  double equal_fraction = 0, psnr_db = 0;  // psnr 99 when identical
+};
+inline RgbAgreement rgb_agreement(const uint8_t* rgb, int64_t n, const Tensor& expected) {
+  RgbAgreement a;
+  int64_t equal = 0;
+  double mse = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = std::abs(int64_t{rgb[i]} - int64_t{expected.data<uint8_t>()[i]});
+    equal += d == 0;
+    a.max_diff = std::max(a.max_diff, d);
+    mse += static_cast<double>(d * d);
+  }
+  mse /= static_cast<double>(std::max<int64_t>(n, 1));
+  a.equal_fraction = static_cast<double>(equal) / static_cast<double>(std::max<int64_t>(n, 1));
+  a.psnr_db = mse > 0 ? 10.0 * std::log10(255.0 * 255.0 / mse) : 99.0;
+  return a;
 }
 
 }  // namespace ditbatch::test

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -325,6 +327,49 @@ std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c) {
   return out;
 }
 
+// [C, 2h, 2w] -> [h * w, 4C]: the index formula written out from the spec (qwen-image.md §2.2).
+OpCase pack_latents_case(int64_t C, int64_t h, int64_t w, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("pack_latents_C{}_{}x{}", C, h, w);
+  c.nmse_bound = 0.0;
+  c.inputs = {{random_tensor({C, 2 * h, 2 * w}, seed), InputKind::Fp32}};
+  c.run = [](Backend& be, std::vector<Tensor>& in) { return be.pack_latents(in[0]); };
+  c.reference = [C, h, w](const std::vector<Tensor>& in) {
+    std::vector<double> y;
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j)
+        for (int64_t ch = 0; ch < C; ++ch)
+          for (int64_t dy = 0; dy < 2; ++dy)
+            for (int64_t dx = 0; dx < 2; ++dx) y.push_back(at(in[0], (ch * 2 * h + 2 * i + dy) * 2 * w + 2 * j + dx));
+    return y;
+  };
+  return c;
+}
+
+// [h * w, 4C] -> NHWC [2h, 2w, C], / divisor + mean (the VAE's de-normalisation).
+OpCase unpack_latents_case(int64_t C, int64_t h, int64_t w, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("unpack_latents_C{}_{}x{}", C, h, w);
+  c.nmse_bound = 1e-14;
+  std::vector<float> divisor = random_floats(static_cast<size_t>(C), seed + 1, 0.2f);
+  for (float& d : divisor) d += 0.5f;  // 1/std of stds around 2
+  c.inputs = {{random_tensor({h * w, 4 * C}, seed, 2.0f), InputKind::Fp32},
+              {Tensor::host_f32({C}, divisor), InputKind::Fp32},
+              {random_tensor({C}, seed + 2, 0.5f), InputKind::Fp32}};
+  c.run = [h, w](Backend& be, std::vector<Tensor>& in) { return be.unpack_latents(in[0], h, w, in[1], in[2]); };
+  c.reference = [C, h, w](const std::vector<Tensor>& in) {
+    std::vector<double> y;
+    for (int64_t yy = 0; yy < 2 * h; ++yy)
+      for (int64_t xx = 0; xx < 2 * w; ++xx)
+        for (int64_t ch = 0; ch < C; ++ch) {
+          const double latent = at(in[0], ((yy / 2) * w + xx / 2) * 4 * C + ch * 4 + (yy % 2) * 2 + xx % 2);
+          y.push_back(latent / at(in[1], ch) + at(in[2], ch));
+        }
+    return y;
+  };
+  return c;
+}
+
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> cases;
   // GEMMs: odd sizes, one with K larger than a cache block.
@@ -505,6 +550,28 @@ std::vector<OpCase> all_op_cases() {
     };
     cases.push_back(c);
   }
+  cases.push_back(pack_latents_case(16, 3, 5, 50));
+  cases.push_back(pack_latents_case(3, 1, 2, 51));
+  cases.push_back(unpack_latents_case(16, 3, 5, 52));
+  cases.push_back(unpack_latents_case(3, 2, 1, 53));
+  {
+    // diffusers' postprocess, numpy's float32 arithmetic: clamp(x * 0.5 + 0.5, 0, 1), * 255,
+    // round half to even. Inputs reach past [-1, 1] so that both clamps are exercised.
+    OpCase c;
+    c.name = "to_rgb8";
+    c.nmse_bound = 0.0;
+    c.inputs = {{random_tensor({7, 9, 3}, 54, 1.3f), InputKind::Activation}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.to_rgb8(in[0]); };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y;
+      for (int64_t i = 0; i < in[0].numel(); ++i) {
+        const float v = std::clamp(in[0].data<float>()[i] * 0.5f + 0.5f, 0.0f, 1.0f);
+        y.push_back(std::nearbyint(static_cast<double>(v * 255.0f)));
+      }
+      return y;
+    };
+    cases.push_back(c);
+  }
   cases.push_back(linear_gelu_case(37, 70, 19, 40));
   cases.push_back(linear_gelu_case(64, 96, 256, 41));
   cases.push_back(linear_into_case(37, 70, 24, 3, 42));
@@ -611,7 +678,28 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor x = o.f32({4, 8}, 1);
     o.be.euler_step_(x, o.f32({8, 4}, 2), -0.1f);
   });
+  add("pack_latents_odd_height", "pack_latents", "expected [C, 2h, 2w]",
+      [](On o) { o.be.pack_latents(o.f32({4, 5, 6}, 1)); });
+  add("unpack_latents_grid", "unpack_latents", "for a 3x3 grid (expected [h * w, 4C])",
+      [](On o) { o.be.unpack_latents(o.f32({8, 16}, 1), 3, 3, o.f32({4}, 2), o.f32({4}, 3)); });
+  add("unpack_latents_divisor_length", "unpack_latents", "expected 4 values each, one per channel",
+      [](On o) { o.be.unpack_latents(o.f32({6, 16}, 1), 2, 3, o.f32({16}, 2), o.f32({4}, 3)); });
   return m;
+}
+
+std::vector<NonfiniteCase> nonfinite_cases() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto planted = [](std::string name, int64_t n, uint32_t seed, std::vector<std::pair<int64_t, float>> bad) {
+    Tensor t = random_tensor({n}, seed, 1e3f);
+    t.data<float>()[n / 3] = 1e38f;  // huge but finite (in bf16 too)
+    for (auto [at, v] : bad) t.data<float>()[at] = v;
+    return NonfiniteCase{std::move(name), t, static_cast<int64_t>(bad.size())};
+  };
+  const int64_t big = (int64_t{1} << 20) + 7;  // many blocks, grid-stride, a ragged tail
+  return {planted("none", 1000, 60, {}),
+          planted("one_nan", 1, 61, {{0, nan}}),
+          planted("every_kind", 777, 62, {{0, nan}, {5, -nan}, {100, inf}, {776, -inf}}),
+          planted("spread_over_blocks", big, 63, {{0, inf}, {4095, nan}, {big / 2, -inf}, {big - 1, nan}, {big - 2, nan}})};
 }
 
 std::string shape_mistake_failure(Backend& be, const ShapeMistake& mistake) {

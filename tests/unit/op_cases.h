@@ -54,4 +54,13 @@ std::vector<ShapeMistake> all_shape_mistakes();
 // Runs the mistake on be: empty when be refused it as it should, else what went wrong.
 std::string shape_mistake_failure(Backend& be, const ShapeMistake& mistake);
 
+// Tensors with NaN / Inf planted at known places (and a huge finite value that is not one):
+// count_nonfinite must find exactly the planted ones.
+struct NonfiniteCase {
+  std::string name;
+  Tensor host;  // f32
+  int64_t expected;
+};
+std::vector<NonfiniteCase> nonfinite_cases();
+
 }  // namespace ditbatch::test

@@ -53,6 +53,11 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CpuShapeMistakes, ::testing::Range<size_t>(0, t
                            return test::all_shape_mistakes()[info.param].name;
                          });
 
+TEST(CpuOps, CountNonfiniteFindsThePlantedValues) {
+  CpuBackend be;
+  for (const auto& c : test::nonfinite_cases()) EXPECT_EQ(be.count_nonfinite(c.host), c.expected) << c.name;
+}
+
 // Placement invariance on the CPU: the same bits whatever the thread count (every op case, plus
 // GEMMs big enough to span several tiles and to make OpenBLAS thread if it were allowed to).
 TEST(CpuOpsThreads, ResultsDoNotDependOnTheThreadCount) {

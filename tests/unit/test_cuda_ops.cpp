@@ -453,6 +453,16 @@ TEST(CudaShapeMistakes, EachRefusedNamingTheOp) {
   }
 }
 
+// The pipeline's NaN guard: every planted NaN / Inf found, in f32 and in bf16 storage (the
+// huge finite value stays finite in bf16), over one block and over many.
+TEST(CudaOps, CountNonfiniteFindsThePlantedValues) {
+  SKIP_WITHOUT_GPU();
+  auto be = make_backend(DType::BF16);
+  for (const auto& c : test::nonfinite_cases())
+    for (DType dtype : {DType::F32, DType::BF16})
+      EXPECT_EQ(be->count_nonfinite(be->upload(c.host, dtype)), c.expected) << c.name << " in " << dtype_name(dtype);
+}
+
 // ---- memory ---------------------------------------------------------------------------------
 
 TEST(CudaMemory, PoisonFillsNewAllocationsWithNaN) {

@@ -187,13 +187,7 @@ TEST_P(CudaGolden, WholePipeline) {
     const double err = test::nmse(image.latents, squeeze0(g.read_tensor("final_latents")));
     Tensor expected = g.read_tensor("image_uint8");
     ASSERT_EQ(static_cast<int64_t>(image.rgb.size()), expected.numel());
-    double mse = 0;
-    for (int64_t i = 0; i < expected.numel(); ++i) {
-      const double d = static_cast<double>(image.rgb[static_cast<size_t>(i)]) - expected.data<uint8_t>()[i];
-      mse += d * d;
-    }
-    mse /= static_cast<double>(expected.numel());
-    const double psnr = mse > 0 ? 10.0 * std::log10(255.0 * 255.0 / mse) : 99.0;
+    const double psnr = test::rgb_agreement(image.rgb.data(), expected.numel(), expected).psnr_db;
     worst_nmse = std::max(worst_nmse, err);
     worst_psnr = std::min(worst_psnr, psnr);
     EXPECT_LE(err, act == DType::F32 ? 1e-7 : 1e-3) << "final latents";

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/cpu_backend.h"
 #include "io/h5.h"
 #include "io/weight_store.h"
 #include "model/noise.h"
@@ -98,11 +99,18 @@ TEST(Noise, SpecTestVectorAndPacking) {
                           0.678418458f, -1.23454487f, -0.0430674776f, -1.60466695f};
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(d[i], first[i]);
   EXPECT_FLOAT_EQ(d[lat.numel() - 1], -2.32941723f);
-  Tensor packed = pack_latents(lat);
+  CpuBackend be;
+  Tensor packed = be.pack_latents(lat);
   ASSERT_EQ(packed.shape(), (Shape{4096, 64}));
   const float token0[8] = {1.92691529f, 1.48728406f, 1.93116057f, 1.01186383f,
                            -1.30465865f, 1.45070338f, 0.956631362f, -0.635082304f};
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(packed.data<float>()[i], token0[i]);
-  Tensor back = unpack_latents(packed, 64, 64);
-  EXPECT_EQ(std::memcmp(back.raw(), lat.raw(), lat.nbytes()), 0);
+  // Unpacked with divisor 1 and mean 0: the noise again, in the decoder's NHWC layout.
+  Tensor ones = Tensor::host_f32({16}, std::vector<float>(16, 1.0f)), zeros = Tensor::host_f32({16}, std::vector<float>(16, 0.0f));
+  Tensor back = be.unpack_latents(packed, 64, 64, ones, zeros);  // [128, 128, 16]
+  ASSERT_EQ(back.shape(), (Shape{128, 128, 16}));
+  int64_t mismatches = 0;
+  for (int64_t c = 0; c < 16; ++c)
+    for (int64_t i = 0; i < 128 * 128; ++i) mismatches += back.data<float>()[i * 16 + c] != d[c * 128 * 128 + i];
+  EXPECT_EQ(mismatches, 0);
 }
