@@ -10,6 +10,7 @@
 #include "io/weight_store.h"
 #include "model/prompt_tokens.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/qwen_image_pipeline.h"
 
 namespace ditbatch {
 
@@ -88,12 +89,18 @@ int cmd_inspect(const std::vector<std::string>& args) {
       }
   }
   std::cout << "\ntotal parameters: " << total_params << "\n";
-  if (store.has_component("transformer") && store.has_component("text_encoder") && store.has_component("vae")) {
+  if (store.has_component("transformer") && store.has_component("text_encoder") && store.has_component("vae") &&
+      store.has_component("scheduler")) {
     // What `generate` will ask of a GPU (bf16 weights), to pick a GPU type before queueing.
-    std::cout << "GPU memory for generate (bf16, estimate):\n";
+    std::cout << "GPU memory for generate (bf16, 50 steps, estimate):\n";
     try {
+      const SchedulerConfig scheduler = SchedulerConfig::from(store.component("scheduler").config());
       for (const int64_t side : {1024, 1328}) {
-        const DeviceMemoryPlan plan = plan_device_memory(store, 2, side, side, kDefaultMaxSequenceLength);
+        ImageJob job;  // the model card's 50 steps
+        job.width = job.height = side;
+        job.steps = GenerationDefaults{}.steps;
+        const int64_t timesteps = std::ssize(conditioning_timesteps(scheduler, {job}));
+        const DeviceMemoryPlan plan = plan_device_memory(store, 2, side, side, kDefaultMaxSequenceLength, timesteps);
         std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", side, side,
                                  plan.describe(false), side, side, plan.describe(true));
       }

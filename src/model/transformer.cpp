@@ -2,6 +2,7 @@
 
 #include <sleef.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -42,7 +43,8 @@ TransformerConfig TransformerConfig::from(const Config& comp) {
   return c;
 }
 
-void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerConfig& c, Weights& w) {
+void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerConfig& c, Weights& w,
+                                const std::function<void(Block&)>& after_block) {
   const int64_t D = c.inner_dim(), F = c.ff_dim(), J = c.joint_attention_dim, Dh = c.attention_head_dim;
   const std::string d_why = fmt::format("D = num_attention_heads {} x attention_head_dim {} = {}",
                                         c.num_attention_heads, c.attention_head_dim, D);
@@ -78,6 +80,7 @@ void QwenImageTransformer::bind(WeightBinder& b, Backend* be, const TransformerC
     k.img_mlp_out = bind_linear(b, be, p + "img_mlp.net.2", D, F, true, f_why, LinearOut::F32);
     k.txt_mlp_in = bind_linear(b, be, p + "txt_mlp.net.0.proj", F, D, true, f_why);
     k.txt_mlp_out = bind_linear(b, be, p + "txt_mlp.net.2", D, F, true, f_why, LinearOut::F32);
+    if (after_block) after_block(k);
   }
   w.norm_out_linear = bind_linear(b, be, "norm_out.linear", 2 * D, D, true, d_why, LinearOut::F32);
   w.proj_out = bind_linear(b, be, "proj_out", c.out_dim(), D, true,
@@ -98,7 +101,50 @@ std::vector<WeightSpec> QwenImageTransformer::weight_specs(const TransformerConf
   return recorder.specs;
 }
 
-TimestepConditioning QwenImageTransformer::condition(float tt) {
+QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder,
+                                           const std::vector<float>& timesteps)
+    : be_(backend), config_(config) {
+  std::vector<float> times;  // each model time once, in the order given
+  for (float tt : timesteps)
+    if (std::find_if(times.begin(), times.end(), [&](float t) { return f32_bits(t) == f32_bits(tt); }) == times.end())
+      times.push_back(tt);
+  const int64_t D = config_.inner_dim();
+  std::vector<TimestepConditioning> conds(times.size());
+  std::vector<Tensor> acts;  // silu(temb) [1, D] per model time
+  bind(binder, &be_, config_, w_, [&](Block& block) {
+    if (acts.empty())  // the time embedder is bound before the first block
+      for (size_t n = 0; n < times.size(); ++n) {
+        Tensor temb = time_embedding(times[n]);
+        acts.push_back(be_.silu(temb));
+        conds[n].temb = temb.view({D});
+      }
+    for (size_t n = 0; n < times.size(); ++n) append_modulation(block, acts[n], conds[n]);
+    block.img_mod = Linear{};  // released: the next block's load can reuse the memory
+    block.txt_mod = Linear{};
+  });
+  for (size_t n = 0; n < times.size(); ++n) {
+    conds[n].norm_out = w_.norm_out_linear(be_, acts[n], DType::F32).view({2, D});
+    precomputed_.emplace(f32_bits(times[n]), std::move(conds[n]));
+  }
+  modulation_resident_ = false;
+}
+
+int64_t QwenImageTransformer::conditioning_bytes(const TransformerConfig& c, int64_t timesteps) {
+  // temb [D], img_mod and txt_mod [6, D] per block, norm_out [2, D]: f32
+  return timesteps * (1 + 12 * c.num_layers + 2) * c.inner_dim() * 4;
+}
+
+int64_t QwenImageTransformer::modulation_weight_bytes(const TransformerConfig& c, size_t weight_dtype_size) {
+  const int64_t D = c.inner_dim();  // (the biases, kept in f32, are 0.04 % more)
+  return 2 * c.num_layers * (6 * D * D + 6 * D) * static_cast<int64_t>(weight_dtype_size);
+}
+
+bool QwenImageTransformer::conditioning_at_load_pays(const TransformerConfig& c, int64_t timesteps,
+                                                     size_t weight_dtype_size) {
+  return timesteps > 0 && 2 * conditioning_bytes(c, timesteps) <= modulation_weight_bytes(c, weight_dtype_size);
+}
+
+Tensor QwenImageTransformer::time_embedding(float tt) {
   // Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0, scale=1000): every product is
   // a float32 op, exp/sin/cos as torch's SLEEF u10 kernels compute them (spec §4.4).
   constexpr int64_t half = TransformerConfig::kTimeProjDim / 2;
@@ -111,18 +157,30 @@ TimestepConditioning QwenImageTransformer::condition(float tt) {
     proj[static_cast<size_t>(k)] = Sleef_cosf_u10(arg);
     proj[static_cast<size_t>(half + k)] = Sleef_sinf_u10(arg);
   }
-  TimestepConditioning cond;
   Tensor proj_dev = be_.upload(Tensor::host_f32({1, TransformerConfig::kTimeProjDim}, proj), be_.act_dtype());
   Tensor hidden = be_.silu(w_.time_linear_1(be_, proj_dev));
-  cond.temb = w_.time_linear_2(be_, hidden, DType::F32);  // [1, D]
+  return w_.time_linear_2(be_, hidden, DType::F32);  // [1, D]
+}
+
+void QwenImageTransformer::append_modulation(const Block& block, const Tensor& act, TimestepConditioning& cond) {
   const int64_t D = config_.inner_dim();
-  Tensor act = be_.silu(cond.temb);
-  for (const Block& blk : w_.blocks) {
-    cond.img_mod.push_back(blk.img_mod(be_, act, DType::F32).view({6, D}));
-    cond.txt_mod.push_back(blk.txt_mod(be_, act, DType::F32).view({6, D}));
-  }
+  cond.img_mod.push_back(block.img_mod(be_, act, DType::F32).view({6, D}));
+  cond.txt_mod.push_back(block.txt_mod(be_, act, DType::F32).view({6, D}));
+}
+
+TimestepConditioning QwenImageTransformer::condition(float tt) {
+  if (auto it = precomputed_.find(f32_bits(tt)); it != precomputed_.end()) return it->second;
+  DITBATCH_CHECK(modulation_resident_,
+                 "transformer: model time {} is not one the conditioning was computed for at load ({} were), and the "
+                 "modulation weights were released after it",
+                 tt, precomputed_.size());
+  const int64_t D = config_.inner_dim();
+  TimestepConditioning cond;
+  Tensor temb = time_embedding(tt);
+  Tensor act = be_.silu(temb);
+  for (const Block& block : w_.blocks) append_modulation(block, act, cond);
   cond.norm_out = w_.norm_out_linear(be_, act, DType::F32).view({2, D});
-  cond.temb = cond.temb.view({D});
+  cond.temb = temb.view({D});
   return cond;
 }
 

@@ -48,12 +48,26 @@ class QwenImageTransformer {
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder);
   QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder&& binder) : QwenImageTransformer(backend, config, binder) {}
+  // Loads and computes the conditioning of every model time in `timesteps` while loading, block
+  // by block, releasing each block's modulation weights (img_mod, txt_mod: a third of the
+  // parameters) as soon as its vectors exist: a run that knows its schedules holds ~30 % less,
+  // and never the whole modulation at once, and no step computes them again. condition() then
+  // serves exactly those model times, with the same bits as a loaded model would compute.
+  QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder,
+                       const std::vector<float>& timesteps);
   // The tensors a model with this config holds (for make-tiny and checks).
   static std::vector<WeightSpec> weight_specs(const TransformerConfig& config);
 
   const TransformerConfig& config() const { return config_; }
   // tt = f32(t / 1000), as the pipeline passes it.
   TimestepConditioning condition(float tt);
+  // False once the conditioning was computed at load and the modulation weights released.
+  bool modulation_weights_resident() const { return modulation_resident_; }
+  // Device bytes of the conditioning of `timesteps` model times (f32 vectors), and of the
+  // modulation weights it replaces: computing at load pays when it holds at most half.
+  static int64_t conditioning_bytes(const TransformerConfig& config, int64_t timesteps);
+  static int64_t modulation_weight_bytes(const TransformerConfig& config, size_t weight_dtype_size);
+  static bool conditioning_at_load_pays(const TransformerConfig& config, int64_t timesteps, size_t weight_dtype_size);
   // Called after each block with (block index, text stream [L, D], image stream [S, D]).
   using BlockHook = std::function<void(int64_t, const Tensor&, const Tensor&)>;
   // One sample: latents [S, 64] packed (S = h * w), text [L, J] of which the first
@@ -82,7 +96,13 @@ class QwenImageTransformer {
     Tensor txt_norm;
     std::vector<Block> blocks;
   };
-  static void bind(WeightBinder& binder, Backend* be, const TransformerConfig& c, Weights& w);
+  // Binds every weight in one fixed order (collective loading depends on it); after_block, if
+  // given, runs as soon as a block's weights are bound.
+  static void bind(WeightBinder& binder, Backend* be, const TransformerConfig& c, Weights& w,
+                   const std::function<void(Block&)>& after_block = nullptr);
+  // temb [1, D] (f32) of one model time; a block's img_mod / txt_mod vectors from act = silu(temb).
+  Tensor time_embedding(float tt);
+  void append_modulation(const Block& block, const Tensor& act, TimestepConditioning& cond);
   // One sample's text: embeds [L, J], of which the first `valid` tokens are real.
   struct TextInput {
     const Tensor* embeds;
@@ -104,6 +124,8 @@ class QwenImageTransformer {
   Backend& be_;
   TransformerConfig config_;
   Weights w_;
+  std::map<uint32_t, TimestepConditioning> precomputed_;  // by the bits of tt
+  bool modulation_resident_ = true;
 };
 
 }  // namespace ditbatch

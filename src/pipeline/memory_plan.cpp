@@ -41,13 +41,22 @@ std::string DeviceMemoryPlan::describe(bool offload_text_encoder) const {
     return fmt::format("the larger of text encoder {:.1f} + activations {:.1f} and transformer {:.1f} + VAE {:.1f} + "
                        "activations {:.1f} = {:.1f} GiB",
                        gib(text_encoder), gib(encode_activations), gib(transformer), gib(vae),
-                       gib(denoise_activations), gib(peak(true)));
+                       gib(denoise_activations), gib(peak(true))) +
+           conditioning_note();
   return fmt::format("text encoder {:.1f} + transformer {:.1f} + VAE {:.1f} + activations {:.1f} = {:.1f} GiB",
-                     gib(text_encoder), gib(transformer), gib(vae), gib(denoise_activations), gib(peak(false)));
+                     gib(text_encoder), gib(transformer), gib(vae), gib(denoise_activations), gib(peak(false))) +
+         conditioning_note();
+}
+
+std::string DeviceMemoryPlan::conditioning_note() const {
+  return conditioning_timesteps > 0
+             ? fmt::format(" (the transformer without its modulation weights: {} timesteps' conditioning computed at load)",
+                           conditioning_timesteps)
+             : "";
 }
 
 DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dtype_size, int64_t width,
-                                    int64_t height, int64_t text_tokens) {
+                                    int64_t height, int64_t text_tokens, int64_t timesteps) {
   DeviceMemoryPlan plan;
   const Component te = weights.component("text_encoder"), dit = weights.component("transformer"),
                   vae = weights.component("vae");
@@ -63,6 +72,12 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
   // true CFG's batch of two samples (the default). The VAE decode below is the larger of the
   // two at every size anyway (~960 x W x H bytes against ~860 x W x H).
   const TransformerConfig tc = TransformerConfig::from(dit.config());
+  if (QwenImageTransformer::conditioning_at_load_pays(tc, timesteps, weight_dtype_size)) {
+    // Loaded block by block, each block's modulation weights released once its vectors exist.
+    plan.transformer += QwenImageTransformer::conditioning_bytes(tc, timesteps) -
+                        QwenImageTransformer::modulation_weight_bytes(tc, weight_dtype_size);
+    plan.conditioning_timesteps = timesteps;
+  }
   const int64_t tokens = 2 * ((height / 16) * (width / 16) + text_tokens);
   const int64_t forward = tokens * (28 * tc.inner_dim() + 2 * tc.ff_dim());
   // The VAE at full resolution: about five [H, W, base_dim] bf16 tensors alive, plus the

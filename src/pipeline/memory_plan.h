@@ -17,17 +17,22 @@ struct DeviceMemoryPlan {
   int64_t text_encoder = 0, transformer = 0, vae = 0;  // weight bytes in the backend's weight dtype
   int64_t denoise_activations = 0;  // transformer forward + VAE decode of the largest image (estimate)
   int64_t encode_activations = 0;   // one prompt through the text encoder (estimate)
+  // > 0: the transformer holds the conditioning of this many model times instead of its
+  // modulation weights (computed at load: QwenImageTransformer::conditioning_at_load_pays).
+  int64_t conditioning_timesteps = 0;
   // The most held at once: everything together, or with --offload-text-encoder the larger of
   // the encoding phase and the denoising phase.
   int64_t peak(bool offload_text_encoder) const;
   // "text encoder 15.2 + transformer 40.8 + VAE 0.3 + activations 1.9 = 58.2 GiB"
   std::string describe(bool offload_text_encoder) const;
+  std::string conditioning_note() const;  // "" or what the transformer figure holds instead
 };
 
 // weight_dtype_size: bytes per parameter on the device (2 for bf16). The largest image is
-// width x height pixels; text_tokens bounds a prompt's kept tokens (max_sequence_length).
+// width x height pixels; text_tokens bounds a prompt's kept tokens (max_sequence_length);
+// timesteps: how many distinct model times the run's schedules have (conditioning_timesteps()).
 DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dtype_size, int64_t width,
-                                    int64_t height, int64_t text_tokens);
+                                    int64_t height, int64_t text_tokens, int64_t timesteps);
 
 // Throws an InputError with the plan, the device's memory and what to do, when the plan's peak
 // does not fit in free memory (less a margin for the CUDA context's later growth and

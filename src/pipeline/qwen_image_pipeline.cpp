@@ -1,6 +1,8 @@
 #include "pipeline/qwen_image_pipeline.h"
 
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -62,11 +64,37 @@ void QwenImagePipeline::release_text_encoder() {
   text_encoder_.reset();
 }
 
-void QwenImagePipeline::load_denoiser() {
+std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, const std::vector<ImageJob>& jobs) {
+  std::set<std::pair<int64_t, int64_t>> schedules;  // (image tokens, steps)
+  for (const ImageJob& job : jobs) schedules.emplace(job.grid_h() * job.grid_w(), job.steps);
+  std::vector<float> times;
+  std::set<uint32_t> seen;
+  for (const auto& [tokens, steps] : schedules) {
+    const Schedule schedule = make_schedule(scheduler, static_cast<int>(steps), tokens);
+    for (int i = 0; i < schedule.steps(); ++i)
+      if (seen.insert(f32_bits(schedule.model_time(i))).second) times.push_back(schedule.model_time(i));
+  }
+  return times;
+}
+
+void QwenImagePipeline::load_denoiser(const std::vector<ImageJob>& jobs) {
   if (transformer_ && vae_) return;
   Stopwatch load;
   const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
-  transformer_ = std::make_unique<QwenImageTransformer>(be_, TransformerConfig::from(dit.config()), *reader_->binder(dit));
+  const TransformerConfig config = TransformerConfig::from(dit.config());
+  const std::vector<float> times = conditioning_timesteps(scheduler_, jobs);
+  const size_t weight_size = dtype_size(be_.act_dtype());  // the backend's weight dtype
+  if (QwenImageTransformer::conditioning_at_load_pays(config, static_cast<int64_t>(times.size()), weight_size)) {
+    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit), times);
+    log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the modulation weights "
+              "({:.1f} MB) were not kept",
+              times.size(), static_cast<double>(QwenImageTransformer::conditioning_bytes(config, std::ssize(times))) / 1e6,
+              static_cast<double>(QwenImageTransformer::modulation_weight_bytes(config, weight_size)) / 1e6);
+  } else {
+    if (!times.empty())
+      log_.info("{} distinct model times: conditioning computed per step, the modulation weights kept", times.size());
+    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit));
+  }
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
   log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,
             transformer_->config().num_attention_heads, transformer_->config().attention_head_dim, load.seconds());

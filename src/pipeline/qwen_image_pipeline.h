@@ -53,7 +53,10 @@ class QwenImagePipeline {
   // in the same order, whether or not it has images to make.
   void load_text_encoder();     // idempotent
   void release_text_encoder();  // frees its weights (--offload-text-encoder)
-  void load_denoiser();         // transformer + VAE; idempotent
+  // Transformer + VAE; idempotent. Given the images the run will make, the transformer computes
+  // their timesteps' conditioning while it loads and keeps no modulation weights, where that
+  // holds less memory (QwenImageTransformer::conditioning_at_load_pays).
+  void load_denoiser(const std::vector<ImageJob>& jobs = {});
 
   // Called after each step with (steps done, steps total); may throw to abandon the image.
   using StepCallback = std::function<void(int, int)>;
@@ -76,5 +79,9 @@ class QwenImagePipeline {
   std::unique_ptr<QwenImageTransformer> transformer_;
   std::unique_ptr<VaeDecoder> vae_;
 };
+
+// Every model time (t / 1000) the images' schedules step through, each once: what the
+// transformer's conditioning at load covers.
+std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, const std::vector<ImageJob>& jobs);
 
 }  // namespace ditbatch

@@ -1,5 +1,6 @@
 #include "pipeline/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -162,7 +163,17 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     }
     embeddings.preencode(texts, log);
   }
-  pipeline.load_denoiser();
+  // Every image this process may make (its share, or with a dynamic shard any of the file's not
+  // yet complete): the transformer computes their timesteps' conditioning while it loads.
+  std::vector<bool> mine(jobs.size(), true);
+  if (const auto share = work.planned()) {
+    std::fill(mine.begin(), mine.end(), false);
+    for (int64_t i : *share) mine[static_cast<size_t>(i)] = true;
+  }
+  std::vector<ImageJob> to_make;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (mine[i] && !done_already(jobs[i])) to_make.push_back(jobs[i]);
+  pipeline.load_denoiser(to_make);
 
   while (true) {
     if (stop_requested()) {

@@ -13,6 +13,7 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "cpu/cpu_backend.h"
 #include "cuda_test_util.h"
@@ -37,9 +38,6 @@ std::unique_ptr<CudaBackend> make_backend(DType act) { return test::make_cuda_te
 // f32 mode: the CPU meets the goldens at ~1e-10; a GPU in fp32 sums in other orders.
 // bf16 mode: one bf16 rounding is ~1e-6 of nmse; these bounds only catch broken kernels.
 double component_bound(DType act) { return act == DType::F32 ? 1e-7 : 1e-3; }
-
-
-
 
 class CudaGolden : public ::testing::TestWithParam<DType> {};
 
@@ -119,6 +117,41 @@ TEST_P(CudaGolden, CfgBatch) {
   EXPECT_LE(err_neg, bound);
   metric(fmt::format("golden.{}.cfg_batch.cond_nmse_vs_diffusers", dtype_name(act)), err_cond);
   metric(fmt::format("golden.{}.cfg_batch.neg_nmse_vs_cpu", dtype_name(act)), err_neg);
+}
+
+// Conditioning computed while loading on the GPU: the bits a loaded model computes per step, and
+// the modulation weights' memory is not held.
+TEST_P(CudaGolden, ConditioningAtLoad) {
+  SKIP_WITHOUT_GPU();
+  auto be = make_backend(GetParam());
+  const WeightStore store = WeightStore::open(test::golden_weights());
+  const Component component = store.component("transformer");
+  const TransformerConfig config = TransformerConfig::from(component.config());
+  const size_t before = be->stats().bytes_in_use;
+  QwenImageTransformer loaded(*be, config, ComponentLoader(component));
+  const size_t loaded_bytes = be->stats().bytes_in_use - before;
+  ComponentLoader loader(component);
+  QwenImageTransformer at_load(*be, config, loader, {0.9375f, 0.25f});
+  const size_t at_load_bytes = be->stats().bytes_in_use - before - loaded_bytes;
+  const int64_t saved = QwenImageTransformer::modulation_weight_bytes(config, dtype_size(be->act_dtype())) -
+                        QwenImageTransformer::conditioning_bytes(config, 2);
+  EXPECT_LE(static_cast<int64_t>(at_load_bytes), static_cast<int64_t>(loaded_bytes) - saved / 2)
+      << "loaded " << loaded_bytes << " B, at load " << at_load_bytes << " B";
+  auto same_bits = [&](const Tensor& a, const Tensor& b) {
+    const Tensor ha = be->to_host(a), hb = be->to_host(b);
+    return ha.shape() == hb.shape() && ha.dtype() == hb.dtype() && std::memcmp(ha.raw(), hb.raw(), ha.nbytes()) == 0;
+  };
+  for (float tt : {0.9375f, 0.25f}) {
+    const TimestepConditioning want = loaded.condition(tt), got = at_load.condition(tt);
+    EXPECT_TRUE(same_bits(got.temb, want.temb)) << tt;
+    EXPECT_TRUE(same_bits(got.norm_out, want.norm_out)) << tt;
+    for (size_t i = 0; i < want.img_mod.size(); ++i) {
+      EXPECT_TRUE(same_bits(got.img_mod[i], want.img_mod[i])) << tt << " block " << i;
+      EXPECT_TRUE(same_bits(got.txt_mod[i], want.txt_mod[i])) << tt << " block " << i;
+    }
+  }
+  metric(fmt::format("golden.{}.conditioning_at_load.bytes_saved", dtype_name(GetParam())),
+         static_cast<double>(loaded_bytes) - static_cast<double>(at_load_bytes));
 }
 
 TEST_P(CudaGolden, VaeDecoder) {

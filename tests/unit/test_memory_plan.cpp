@@ -28,7 +28,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {
   const WeightStore weights = WeightStore::open(test::golden_weights());
-  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40);
+  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40, 0);
   const Component te = weights.component("text_encoder");
   EXPECT_EQ(plan.transformer,
             spec_bytes(QwenImageTransformer::weight_specs(TransformerConfig::from(weights.component("transformer").config())), 2));
@@ -37,11 +37,32 @@ TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {
             spec_bytes(QwenTextEncoder::weight_specs(TextEncoderConfig::from(te.config()), QwenTextEncoder::tensor_prefix(te)), 2));
   EXPECT_GT(plan.transformer, 0);
   // f32 weights take twice the bytes
-  EXPECT_EQ(plan_device_memory(weights, 4, 256, 192, 40).transformer, 2 * plan.transformer);
+  EXPECT_EQ(plan_device_memory(weights, 4, 256, 192, 40, 0).transformer, 2 * plan.transformer);
   // a larger image needs more activations, the weights stay
-  const DeviceMemoryPlan big = plan_device_memory(weights, 2, 1024, 1024, 40);
+  const DeviceMemoryPlan big = plan_device_memory(weights, 2, 1024, 1024, 40, 0);
   EXPECT_GT(big.denoise_activations, plan.denoise_activations);
   EXPECT_EQ(big.transformer, plan.transformer);
+}
+
+// A run that knows its timesteps: the transformer holds every weight but the modulation
+// linears, plus the conditioning vectors (temb, 6 x D per block and stream, norm_out's 2 x D,
+// f32) of each model time; with too many model times to pay, the weights stay.
+TEST(MemoryPlan, ConditioningAtLoadReplacesTheModulationWeights) {
+  const WeightStore weights = WeightStore::open(test::golden_weights());
+  const TransformerConfig config = TransformerConfig::from(weights.component("transformer").config());
+  std::vector<WeightSpec> kept;
+  for (const WeightSpec& s : QwenImageTransformer::weight_specs(config))
+    if (s.name.find(".img_mod.") == std::string::npos && s.name.find(".txt_mod.") == std::string::npos) kept.push_back(s);
+  const int64_t D = config.inner_dim(), L = config.num_layers;
+  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40, 4);
+  EXPECT_EQ(plan.conditioning_timesteps, 4);
+  EXPECT_EQ(plan.transformer, spec_bytes(kept, 2) + 4 * (D + 2 * L * 6 * D + 2 * D) * 4);
+  EXPECT_LT(plan.transformer, plan_device_memory(weights, 2, 256, 192, 40, 0).transformer);
+  EXPECT_NE(plan.describe(false).find("4 timesteps' conditioning computed at load"), std::string::npos)
+      << plan.describe(false);
+  const DeviceMemoryPlan many = plan_device_memory(weights, 2, 256, 192, 40, 100000);
+  EXPECT_EQ(many.conditioning_timesteps, 0);
+  EXPECT_EQ(many.transformer, plan_device_memory(weights, 2, 256, 192, 40, 0).transformer);
 }
 
 TEST(MemoryPlan, PeakWithAndWithoutOffload) {

@@ -3,6 +3,11 @@
 // rounding, uint8 pixels within 1 with >= 99.9 % equal.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "golden.h"
 #include "io/h5.h"
@@ -62,3 +67,44 @@ TEST_P(PipelineGolden, MatchesDiffusers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, PipelineGolden, ::testing::Range(0, 12));
+
+// A pipeline told its images up front computes their timesteps' conditioning while loading and
+// drops the modulation weights: the same latents and image bits as one that computes it per step.
+TEST(PipelineConditioning, AtLoadGivesTheSameImages) {
+  h5::File f = h5::File::open_read(test::golden("pipeline.h5"));
+  std::vector<ImageJob> jobs;
+  for (const char* name : {"00", "05", "11"}) jobs.push_back(test::golden_pipeline_job(f.root().open_group("cases").open_group(name)));
+  ASSERT_NE(jobs[0].width * jobs[0].height, jobs[2].width * jobs[2].height) << "two schedules wanted";
+  CpuBackend be;
+  Log log = Log::quiet();
+  WeightStore weights = WeightStore::open(test::golden_weights());
+  QwenImagePipeline per_step(be, weights, log), at_load(be, weights, log);
+  per_step.load_denoiser();
+  at_load.load_denoiser(jobs);
+  std::set<uint32_t> distinct;
+  for (const ImageJob& job : jobs) {
+    const Schedule s = make_schedule(at_load.scheduler_config(), static_cast<int>(job.steps), job.grid_h() * job.grid_w());
+    for (int i = 0; i < s.steps(); ++i) distinct.insert(f32_bits(s.model_time(i)));
+  }
+  EXPECT_EQ(conditioning_timesteps(at_load.scheduler_config(), jobs).size(), distinct.size());
+  for (const ImageJob& job : jobs) {
+    SCOPED_TRACE(fmt::format("{}x{}, {} steps", job.width, job.height, job.steps));
+    PromptEmbedding prompt = per_step.encode_prompt(job.prompt);
+    std::optional<PromptEmbedding> negative;
+    if (job.true_cfg) negative = per_step.encode_prompt(job.negative_prompt);
+    StageTimes times;
+    const GeneratedImage a = per_step.generate(job, prompt, negative ? &*negative : nullptr, nullptr, times);
+    const GeneratedImage b = at_load.generate(job, prompt, negative ? &*negative : nullptr, nullptr, times);
+    ASSERT_TRUE(a.ok && b.ok) << a.error << b.error;
+    EXPECT_EQ(std::memcmp(a.latents.raw(), b.latents.raw(), a.latents.nbytes()), 0);
+    EXPECT_EQ(a.rgb, b.rgb);
+  }
+  // an image outside the plan fails, it is not silently computed with missing weights
+  ImageJob other = jobs[0];
+  other.steps += 1;
+  PromptEmbedding prompt = per_step.encode_prompt(other.prompt);
+  std::optional<PromptEmbedding> negative;
+  if (other.true_cfg) negative = per_step.encode_prompt(other.negative_prompt);
+  StageTimes times;
+  EXPECT_THROW(at_load.generate(other, prompt, negative ? &*negative : nullptr, nullptr, times), Error);
+}

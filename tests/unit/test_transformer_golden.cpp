@@ -2,6 +2,9 @@
 // even and odd grids, batch 2 with a padded text mask and two timesteps).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "golden.h"
 #include "io/h5.h"
@@ -105,6 +108,53 @@ TEST(TransformerGolden, CfgBatchMatchesTwoForwardsOddGrid) { check_cfg_batch("od
 TEST(TransformerGolden, EvenGridWithPaddedMask) { check_case("even"); }
 TEST(TransformerGolden, OddGridWithPaddedMask) { check_case("odd"); }
 TEST(TransformerGolden, NoMask) { check_case("nomask"); }
+
+// The conditioning computed while loading (modulation weights released block by block) is the
+// conditioning a loaded model computes per step, bit for bit; other model times are refused.
+TEST(TransformerGolden, ConditioningAtLoadHasTheSameBits) {
+  CpuBackend be;
+  const WeightStore store = WeightStore::open(test::golden_weights());
+  const Component component = store.component("transformer");
+  const TransformerConfig config = TransformerConfig::from(component.config());
+  QwenImageTransformer loaded(be, config, ComponentLoader(component));
+  ComponentLoader loader(component);
+  const std::vector<float> times = {0.9375f, 0.25f, 0.9375f};  // one twice
+  QwenImageTransformer at_load(be, config, loader, times);
+  EXPECT_TRUE(loaded.modulation_weights_resident());
+  EXPECT_FALSE(at_load.modulation_weights_resident());
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  for (float tt : {0.9375f, 0.25f}) {
+    SCOPED_TRACE(tt);
+    const TimestepConditioning want = loaded.condition(tt), got = at_load.condition(tt);
+    EXPECT_TRUE(same_bits(got.temb, want.temb));
+    EXPECT_TRUE(same_bits(got.norm_out, want.norm_out));
+    ASSERT_EQ(got.img_mod.size(), static_cast<size_t>(config.num_layers));
+    ASSERT_EQ(got.txt_mod.size(), static_cast<size_t>(config.num_layers));
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      EXPECT_TRUE(same_bits(got.img_mod[static_cast<size_t>(i)], want.img_mod[static_cast<size_t>(i)])) << "block " << i;
+      EXPECT_TRUE(same_bits(got.txt_mod[static_cast<size_t>(i)], want.txt_mod[static_cast<size_t>(i)])) << "block " << i;
+    }
+    // the two model times' vectors differ (the check above can fail)
+    EXPECT_GT(test::nmse(at_load.condition(0.25f).img_mod[0], at_load.condition(0.9375f).img_mod[0]), 1e-6);
+  }
+  try {
+    at_load.condition(0.5f);
+    ADD_FAILURE() << "a model time outside the plan was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model time 0.5 is not one the conditioning was computed for at load (2 were)"),
+              std::string::npos)
+        << e.what();
+  }
+  // When it pays: tables of at most half the weights' bytes (Qwen-Image in bf16: ~8.9 MB per
+  // model time against 13.6 GB of modulation weights).
+  const TransformerConfig real;
+  EXPECT_EQ(QwenImageTransformer::conditioning_bytes(real, 50), int64_t{50} * (1 + 12 * 60 + 2) * 3072 * 4);
+  EXPECT_TRUE(QwenImageTransformer::conditioning_at_load_pays(real, 50, 2));
+  EXPECT_FALSE(QwenImageTransformer::conditioning_at_load_pays(real, 800, 2));
+  EXPECT_FALSE(QwenImageTransformer::conditioning_at_load_pays(real, 0, 2));
+}
 
 TEST(TransformerGolden, FlopCountOfTheRealModel) {
   // 1024^2 with 20 text tokens: 60 blocks of 2*T*(4D^2 + 2DF) + 4*T^2*D, plus the in/out layers.

@@ -33,6 +33,7 @@
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "model/weights.h"
+#include "pipeline/qwen_image_pipeline.h"
 
 using namespace ditbatch;
 
@@ -150,44 +151,55 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
   std::printf("== models (random bf16 weights) ==\n");
   be.release_cached_memory();  // what the kernel benchmarks left cached is not the models' memory
   be.reset_peak_memory();
-  double forward_ms = 0, step_ms = 0, step_two_ms = 0, te_ms = 0, te_neg_ms = 0, vae_ms = 0, condition_ms = 0;
+  double forward_ms = 0, step_ms = 0, step_two_ms = 0, te_ms = 0, te_neg_ms = 0, vae_ms = 0;
   TransformerConfig dit_config;  // the published Qwen-Image config
   dit_config.num_layers = opt.layers;
+  const int64_t gh = opt.size / 16, gw = opt.size / 16, L = opt.text_tokens;
+  // As `generate` loads it for a run of these images: the conditioning of the schedule's model
+  // times computed while loading, the modulation weights not kept (memory as a run holds it).
+  ImageJob job;
+  job.width = job.height = opt.size;
+  job.steps = opt.steps;
+  const std::vector<float> times = conditioning_timesteps(SchedulerConfig{}, {job});
+  DITBATCH_CHECK(QwenImageTransformer::conditioning_at_load_pays(dit_config, std::ssize(times), 2),
+                 "cuda_bench: --steps {}: the conditioning of {} model times would not pay at load", opt.steps,
+                 times.size());
   Stopwatch load;
   BenchWeights dit_weights(DType::BF16);
-  QwenImageTransformer dit(be, dit_config, dit_weights);
+  QwenImageTransformer dit(be, dit_config, dit_weights, times);
   be.synchronize();
-  report("transformer weights uploaded", fmt::format("{:.1f} s", load.seconds()),
-         fmt::format("{:.2f} B parameters, {} blocks", static_cast<double>(dit_weights.parameters) / 1e9, opt.layers));
-  const int64_t gh = opt.size / 16, gw = opt.size / 16, L = opt.text_tokens;
+  report("transformer loaded, conditioning computed", fmt::format("{:.1f} s", load.seconds()),
+         fmt::format("{:.2f} B parameters, {} blocks; {} model times' conditioning ({:.0f} MB) instead of the "
+                     "modulation weights ({:.1f} GB)",
+                     static_cast<double>(dit_weights.parameters) / 1e9, opt.layers, times.size(),
+                     static_cast<double>(QwenImageTransformer::conditioning_bytes(dit_config, std::ssize(times))) / 1e6,
+                     static_cast<double>(QwenImageTransformer::modulation_weight_bytes(dit_config, 2)) / 1e9));
   Tensor latents = be.upload(random_host({gh * gw, 64}, DType::F32, 30, 0.0f, 1.0f), DType::F32);
   Tensor text_cond = be.upload(random_host({L, 3584}, DType::F32, 31, 0.0f, 1.0f), DType::F32);
   Tensor text_neg = be.upload(random_host({L, 3584}, DType::F32, 32, 0.0f, 1.0f), DType::F32);
   {
-    TimestepConditioning cond = dit.condition(0.9f);
+    TimestepConditioning cond = dit.condition(times.front());
     Tensor warm = dit.forward(latents, text_cond, L, gh, gw, cond);  // warm-up: plans, cuDNN self-check
     Tensor warm_host = be.to_host_f32(warm);
     int64_t bad = 0;
     for (int64_t i = 0; i < warm_host.numel(); ++i) bad += !std::isfinite(warm_host.data<float>()[i]);
     if (bad) report("WARNING: non-finite transformer outputs", std::to_string(bad), "random weights");
-    std::vector<double> tc, tf, ts, ts_two;
-    for (int i = 0; i < reps; ++i) tc.push_back(be.time_ms([&] { cond = dit.condition(0.5f); }));
+    std::vector<double> tf, ts, ts_two;
     for (int i = 0; i < reps; ++i) tf.push_back(be.time_ms([&] { dit.forward(latents, text_cond, L, gh, gw, cond); }));
     (void)dit.forward_cfg(latents, text_cond, L, text_neg, L, gh, gw, cond);  // warm-up: the batch's shapes
     for (int i = 0; i < std::max(1, reps / 2); ++i) {
       ts.push_back(be.time_ms([&] {  // as the pipeline: the two passes as one batch
-        TimestepConditioning c = dit.condition(0.5f);
+        TimestepConditioning c = dit.condition(times.back());
         auto [v, vn] = dit.forward_cfg(latents, text_cond, L, text_neg, L, gh, gw, c);
         be.euler_step_(latents, be.cfg_combine(v, vn, 4.0f), -0.02f);
       }));
       ts_two.push_back(be.time_ms([&] {  // as diffusers: two forwards one after the other
-        TimestepConditioning c = dit.condition(0.5f);
+        TimestepConditioning c = dit.condition(times.back());
         Tensor v = dit.forward(latents, text_cond, L, gh, gw, c);
         Tensor vn = dit.forward(latents, text_neg, L, gh, gw, c);
         be.euler_step_(latents, be.cfg_combine(v, vn, 4.0f), -0.02f);
       }));
     }
-    condition_ms = median(tc);
     forward_ms = median(tf);
     step_ms = median(ts);
     step_two_ms = median(ts_two);
@@ -211,8 +223,7 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
   report(fmt::format("transformer forward {}^2, {} text tokens", opt.size, L), fmt::format("{:.1f} ms", forward_ms),
          fmt::format("{:.1f} TFLOP/s, MFU {:.0f}% of the measured GEMM peak, {:.2f}x the FLOP floor", tflops,
                      100.0 * tflops / gemm_peak, forward_ms / floor_ms));
-  report("timestep conditioning (temb + 121 modulation GEMVs)", fmt::format("{:.2f} ms", condition_ms));
-  report("true-CFG step (conditioning, the CFG batch, combine, Euler)", fmt::format("{:.1f} ms", step_ms),
+  report("true-CFG step (the CFG batch, combine, Euler)", fmt::format("{:.1f} ms", step_ms),
          fmt::format("{:.3f}x the step with two separate forwards ({:.1f} ms)", step_ms / step_two_ms, step_two_ms));
   const CudaBackendStats st = be.stats();
   report("peak GPU memory, transformer and its CFG steps alone", fmt::format("{:.1f} GiB", gib(st.peak_bytes_reserved)),
