@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "app/backends.h"
@@ -232,13 +233,15 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   std::unique_ptr<QwenImageTransformer> model;
   std::unique_ptr<RandomWeights> random;
   std::unique_ptr<WeightStore> store;
+  std::optional<Component> component;  // outlives the loader, which refers to it
   std::unique_ptr<WeightBinder> binder;
   std::string label;
   TransformerConfig config;
   if (!o.weights.empty()) {
     store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
-    config = TransformerConfig::from(store->component("transformer").config());
-    binder = std::make_unique<ComponentLoader>(store->component("transformer"));
+    component.emplace(store->component("transformer"));
+    config = TransformerConfig::from(component->config());
+    binder = std::make_unique<ComponentLoader>(*component);
     label = o.weights;
   } else {
     auto [name, preset] = resolve_config(o.config, dit_presets());

@@ -33,7 +33,10 @@ class Backend {
   // Copies a backend tensor to a new host tensor of its dtype (waits for pending work).
   virtual Tensor to_host(const Tensor& t) = 0;
   // Copies a backend tensor to a new host fp32 tensor (waits for pending work).
-  Tensor to_host_f32(const Tensor& t) { return to_host(t).to_f32(); }
+  Tensor to_host_f32(const Tensor& t) {
+    Tensor host = to_host(t);
+    return host.dtype() == DType::F32 ? host : host.to_f32();
+  }
   // dst rows [row, row + src.rows) = src (same cols, any float dtypes: converts).
   virtual void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) = 0;
   // Waits until all queued work is done (no-op on the CPU).

@@ -1,6 +1,7 @@
 #include "dist/shard.h"
 
 #include <cstdlib>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -86,6 +87,11 @@ class DynamicWork final : public WorkSource {
     return i;
   }
   std::optional<std::vector<int64_t>> planned() const override { return std::nullopt; }
+  std::vector<int64_t> candidates() const override {  // any of the slice
+    std::vector<int64_t> all(static_cast<size_t>(end_ - begin_));
+    std::iota(all.begin(), all.end(), begin_);
+    return all;
+  }
 
  private:
   std::unique_ptr<World::Counter> counter_;

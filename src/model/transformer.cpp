@@ -126,7 +126,8 @@ QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerCo
     conds[n].norm_out = w_.norm_out_linear(be_, acts[n], DType::F32).view({2, D});
     precomputed_.emplace(f32_bits(times[n]), std::move(conds[n]));
   }
-  modulation_resident_ = false;
+  w_.time_linear_1 = w_.time_linear_2 = w_.norm_out_linear = Linear{};  // they only fed the conditioning
+  conditioning_weights_resident_ = false;
 }
 
 int64_t QwenImageTransformer::conditioning_bytes(const TransformerConfig& c, int64_t timesteps) {
@@ -134,14 +135,15 @@ int64_t QwenImageTransformer::conditioning_bytes(const TransformerConfig& c, int
   return timesteps * (1 + 12 * c.num_layers + 2) * c.inner_dim() * 4;
 }
 
-int64_t QwenImageTransformer::modulation_weight_bytes(const TransformerConfig& c, size_t weight_dtype_size) {
-  const int64_t D = c.inner_dim();  // (the biases, kept in f32, are 0.04 % more)
-  return 2 * c.num_layers * (6 * D * D + 6 * D) * static_cast<int64_t>(weight_dtype_size);
+int64_t QwenImageTransformer::conditioning_weight_bytes(const TransformerConfig& c, size_t weight_dtype_size) {
+  const int64_t D = c.inner_dim(), T = TransformerConfig::kTimeProjDim;  // (f32 biases: 0.04 % more)
+  const int64_t params = (D * T + D) + (D * D + D) + 2 * c.num_layers * (6 * D * D + 6 * D) + (2 * D * D + 2 * D);
+  return params * static_cast<int64_t>(weight_dtype_size);  // time embedder, img_mod + txt_mod, norm_out.linear
 }
 
 bool QwenImageTransformer::conditioning_at_load_pays(const TransformerConfig& c, int64_t timesteps,
                                                      size_t weight_dtype_size) {
-  return timesteps > 0 && 2 * conditioning_bytes(c, timesteps) <= modulation_weight_bytes(c, weight_dtype_size);
+  return timesteps > 0 && 2 * conditioning_bytes(c, timesteps) <= conditioning_weight_bytes(c, weight_dtype_size);
 }
 
 Tensor QwenImageTransformer::time_embedding(float tt) {
@@ -170,9 +172,9 @@ void QwenImageTransformer::append_modulation(const Block& block, const Tensor& a
 
 TimestepConditioning QwenImageTransformer::condition(float tt) {
   if (auto it = precomputed_.find(f32_bits(tt)); it != precomputed_.end()) return it->second;
-  DITBATCH_CHECK(modulation_resident_,
+  DITBATCH_CHECK(conditioning_weights_resident_,
                  "transformer: model time {} is not one the conditioning was computed for at load ({} were), and the "
-                 "modulation weights were released after it",
+                 "weights that compute it were released after it",
                  tt, precomputed_.size());
   const int64_t D = config_.inner_dim();
   TimestepConditioning cond;

@@ -50,9 +50,10 @@ class QwenImageTransformer {
   QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder&& binder) : QwenImageTransformer(backend, config, binder) {}
   // Loads and computes the conditioning of every model time in `timesteps` while loading, block
   // by block, releasing each block's modulation weights (img_mod, txt_mod: a third of the
-  // parameters) as soon as its vectors exist: a run that knows its schedules holds ~30 % less,
-  // and never the whole modulation at once, and no step computes them again. condition() then
-  // serves exactly those model times, with the same bits as a loaded model would compute.
+  // parameters) as soon as its vectors exist, and then the time embedder and norm_out's linear:
+  // a run that knows its schedules holds ~30 % less, never the whole modulation at once, and no
+  // step computes it again. condition() then serves exactly those model times (none for an
+  // empty list), with the same bits as a loaded model computes.
   QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder,
                        const std::vector<float>& timesteps);
   // The tensors a model with this config holds (for make-tiny and checks).
@@ -61,12 +62,13 @@ class QwenImageTransformer {
   const TransformerConfig& config() const { return config_; }
   // tt = f32(t / 1000), as the pipeline passes it.
   TimestepConditioning condition(float tt);
-  // False once the conditioning was computed at load and the modulation weights released.
-  bool modulation_weights_resident() const { return modulation_resident_; }
+  // False once the conditioning was computed at load and the weights that only feed it (time
+  // embedder, modulation linears, norm_out's linear) released.
+  bool conditioning_weights_resident() const { return conditioning_weights_resident_; }
   // Device bytes of the conditioning of `timesteps` model times (f32 vectors), and of the
-  // modulation weights it replaces: computing at load pays when it holds at most half.
+  // weights it replaces (all in the weight dtype): computing at load pays when it holds at most half.
   static int64_t conditioning_bytes(const TransformerConfig& config, int64_t timesteps);
-  static int64_t modulation_weight_bytes(const TransformerConfig& config, size_t weight_dtype_size);
+  static int64_t conditioning_weight_bytes(const TransformerConfig& config, size_t weight_dtype_size);
   static bool conditioning_at_load_pays(const TransformerConfig& config, int64_t timesteps, size_t weight_dtype_size);
   // Called after each block with (block index, text stream [L, D], image stream [S, D]).
   using BlockHook = std::function<void(int64_t, const Tensor&, const Tensor&)>;
@@ -125,7 +127,7 @@ class QwenImageTransformer {
   TransformerConfig config_;
   Weights w_;
   std::map<uint32_t, TimestepConditioning> precomputed_;  // by the bits of tt
-  bool modulation_resident_ = true;
+  bool conditioning_weights_resident_ = true;
 };
 
 }  // namespace ditbatch

@@ -75,7 +75,7 @@ DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dt
   if (QwenImageTransformer::conditioning_at_load_pays(tc, timesteps, weight_dtype_size)) {
     // Loaded block by block, each block's modulation weights released once its vectors exist.
     plan.transformer += QwenImageTransformer::conditioning_bytes(tc, timesteps) -
-                        QwenImageTransformer::modulation_weight_bytes(tc, weight_dtype_size);
+                        QwenImageTransformer::conditioning_weight_bytes(tc, weight_dtype_size);
     plan.conditioning_timesteps = timesteps;
   }
   const int64_t tokens = 2 * ((height / 16) * (width / 16) + text_tokens);

@@ -77,22 +77,28 @@ std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, cons
   return times;
 }
 
-void QwenImagePipeline::load_denoiser(const std::vector<ImageJob>& jobs) {
+void QwenImagePipeline::load_denoiser() { load_denoiser_with(std::nullopt); }
+
+void QwenImagePipeline::load_denoiser(const std::vector<ImageJob>& jobs) { load_denoiser_with(jobs); }
+
+void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<ImageJob>>& jobs) {
   if (transformer_ && vae_) return;
   Stopwatch load;
   const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
   const TransformerConfig config = TransformerConfig::from(dit.config());
-  const std::vector<float> times = conditioning_timesteps(scheduler_, jobs);
+  const std::vector<float> times = jobs ? conditioning_timesteps(scheduler_, *jobs) : std::vector<float>{};
   const size_t weight_size = dtype_size(be_.act_dtype());  // the backend's weight dtype
-  if (QwenImageTransformer::conditioning_at_load_pays(config, static_cast<int64_t>(times.size()), weight_size)) {
+  const int64_t count = std::ssize(times);
+  // No image for this process (more ranks than images, a finished share) needs no conditioning either.
+  if (jobs && (times.empty() || QwenImageTransformer::conditioning_at_load_pays(config, count, weight_size))) {
     transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit), times);
-    log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the modulation weights "
+    log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the weights that compute it "
               "({:.1f} MB) were not kept",
-              times.size(), static_cast<double>(QwenImageTransformer::conditioning_bytes(config, std::ssize(times))) / 1e6,
-              static_cast<double>(QwenImageTransformer::modulation_weight_bytes(config, weight_size)) / 1e6);
+              count, static_cast<double>(QwenImageTransformer::conditioning_bytes(config, count)) / 1e6,
+              static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(config, weight_size)) / 1e6);
   } else {
-    if (!times.empty())
-      log_.info("{} distinct model times: conditioning computed per step, the modulation weights kept", times.size());
+    if (jobs)
+      log_.info("{} distinct model times: conditioning computed per step, its weights kept", count);
     transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit));
   }
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));

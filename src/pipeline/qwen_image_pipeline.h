@@ -53,10 +53,12 @@ class QwenImagePipeline {
   // in the same order, whether or not it has images to make.
   void load_text_encoder();     // idempotent
   void release_text_encoder();  // frees its weights (--offload-text-encoder)
-  // Transformer + VAE; idempotent. Given the images the run will make, the transformer computes
-  // their timesteps' conditioning while it loads and keeps no modulation weights, where that
-  // holds less memory (QwenImageTransformer::conditioning_at_load_pays).
-  void load_denoiser(const std::vector<ImageJob>& jobs = {});
+  // Transformer + VAE; idempotent. Without a list the transformer conditions each step; given
+  // every image this process may make (none is a list too), it computes their timesteps'
+  // conditioning while it loads and keeps no modulation weights, where that holds less memory
+  // (QwenImageTransformer::conditioning_at_load_pays); generate() then refuses other schedules.
+  void load_denoiser();
+  void load_denoiser(const std::vector<ImageJob>& jobs);
 
   // Called after each step with (steps done, steps total); may throw to abandon the image.
   using StepCallback = std::function<void(int, int)>;
@@ -67,6 +69,8 @@ class QwenImagePipeline {
   Backend& backend() { return be_; }
 
  private:
+  void load_denoiser_with(const std::optional<std::vector<ImageJob>>& jobs);
+
   Backend& be_;
   const WeightStore& weights_;
   const Log& log_;

@@ -1,9 +1,10 @@
 #include "pipeline/runner.h"
 
-#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -163,17 +164,16 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     }
     embeddings.preencode(texts, log);
   }
-  // Every image this process may make (its share, or with a dynamic shard any of the file's not
-  // yet complete): the transformer computes their timesteps' conditioning while it loads.
-  std::vector<bool> mine(jobs.size(), true);
-  if (const auto share = work.planned()) {
-    std::fill(mine.begin(), mine.end(), false);
-    for (int64_t i : *share) mine[static_cast<size_t>(i)] = true;
+  // One image of each schedule this process may make (complete ones included: the set is only
+  // ever a superset, and costs no PNG reads): the transformer computes their timesteps'
+  // conditioning while it loads.
+  std::vector<ImageJob> schedules;
+  std::set<std::pair<int64_t, int64_t>> seen;  // (image tokens, steps)
+  for (int64_t i : work.candidates()) {
+    const ImageJob& job = jobs[static_cast<size_t>(i)];
+    if (seen.emplace(job.grid_h() * job.grid_w(), job.steps).second) schedules.push_back(job);
   }
-  std::vector<ImageJob> to_make;
-  for (size_t i = 0; i < jobs.size(); ++i)
-    if (mine[i] && !done_already(jobs[i])) to_make.push_back(jobs[i]);
-  pipeline.load_denoiser(to_make);
+  pipeline.load_denoiser(schedules);
 
   while (true) {
     if (stop_requested()) {

@@ -24,6 +24,9 @@ class WorkSource {
   // Every index this source will hand out, when known up front (static shards); needed to
   // encode all prompts before releasing the text encoder.
   virtual std::optional<std::vector<int64_t>> planned() const = 0;
+  // Every index this source may hand out (a superset where the order is decided at run time):
+  // the schedules the transformer's conditioning at load must cover.
+  virtual std::vector<int64_t> candidates() const = 0;
 };
 
 // A fixed list of indices, in order.
@@ -35,6 +38,7 @@ class ListWork final : public WorkSource {
     return indices_[pos_++];
   }
   std::optional<std::vector<int64_t>> planned() const override { return indices_; }
+  std::vector<int64_t> candidates() const override { return indices_; }
 
  private:
   std::vector<int64_t> indices_;

@@ -572,6 +572,30 @@ std::vector<OpCase> all_op_cases() {
     };
     cases.push_back(c);
   }
+  {
+    // Exact ties, where numpy's round (half to even) and C's round (half away) differ: decoded
+    // values x with f32(f32(x * 0.5 + 0.5) * 255) = k + 0.5, found by search; and a NaN (-> 0).
+    OpCase c;
+    c.name = "to_rgb8_ties_and_nan";
+    c.nmse_bound = 0.0;
+    std::vector<float> xs, expected;
+    for (int k = 0; k < 255 && xs.size() < 24; ++k) {
+      float v = static_cast<float>((k + 0.5) / 255.0);
+      for (int tries = 0; tries < 8 && v * 255.0f != static_cast<float>(k) + 0.5f; ++tries)
+        v = std::nextafter(v, v * 255.0f < static_cast<float>(k) + 0.5f ? 2.0f : 0.0f);
+      const float x = 2.0f * v - 1.0f;  // exact: v in [0.5/255, 1)
+      if (v * 255.0f != static_cast<float>(k) + 0.5f || x * 0.5f + 0.5f != v) continue;
+      xs.push_back(x);
+      expected.push_back(static_cast<float>(k % 2 == 0 ? k : k + 1));
+    }
+    xs.push_back(std::numeric_limits<float>::quiet_NaN());
+    expected.push_back(0.0f);
+    const int64_t n = static_cast<int64_t>(xs.size());
+    c.inputs = {{Tensor::host_f32({n}, xs), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.to_rgb8(in[0]); };
+    c.reference = [expected](const std::vector<Tensor>&) { return std::vector<double>(expected.begin(), expected.end()); };
+    cases.push_back(c);
+  }
   cases.push_back(linear_gelu_case(37, 70, 19, 40));
   cases.push_back(linear_gelu_case(64, 96, 256, 41));
   cases.push_back(linear_into_case(37, 70, 24, 3, 42));

@@ -6,6 +6,7 @@
 
 #include "model/transformer.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 using namespace ditbatch;
 
@@ -82,6 +83,15 @@ TEST(Bench, DitWithCfgTimesTwoForwardsAStep) {
   EXPECT_EQ(j["timed"], 4);
   EXPECT_EQ(j["image_tokens"], 2 * 3);
   EXPECT_EQ(j["cfg"], true);
+}
+
+TEST(Bench, DitFromAWeightFileConditionsAtLoadAsGenerate) {
+  auto r = test::run(test::exe() + " bench dit --weights " + test::tiny_model() +
+                     " --size 32x48 --steps 2 --warmup 1 --cfg --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // the warm-up's model time 1 is also the first step's: 2 distinct
+  EXPECT_NE(r.output.find("computed while loading for the 2 model times (as generate)"), std::string::npos) << r.output;
+  EXPECT_EQ(bench_json(r.output)["num_layers"], 2);
 }
 
 TEST(Bench, VaeAndTextEncoderRun) {

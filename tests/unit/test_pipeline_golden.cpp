@@ -107,4 +107,8 @@ TEST(PipelineConditioning, AtLoadGivesTheSameImages) {
   if (other.true_cfg) negative = per_step.encode_prompt(other.negative_prompt);
   StageTimes times;
   EXPECT_THROW(at_load.generate(other, prompt, negative ? &*negative : nullptr, nullptr, times), Error);
+  // a process with no image (more ranks than images, a finished share) keeps none of those weights either
+  QwenImagePipeline none(be, weights, log);
+  none.load_denoiser(std::vector<ImageJob>{});
+  EXPECT_THROW(none.generate(jobs[0], prompt, negative ? &*negative : nullptr, nullptr, times), Error);
 }

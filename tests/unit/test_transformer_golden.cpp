@@ -120,8 +120,8 @@ TEST(TransformerGolden, ConditioningAtLoadHasTheSameBits) {
   ComponentLoader loader(component);
   const std::vector<float> times = {0.9375f, 0.25f, 0.9375f};  // one twice
   QwenImageTransformer at_load(be, config, loader, times);
-  EXPECT_TRUE(loaded.modulation_weights_resident());
-  EXPECT_FALSE(at_load.modulation_weights_resident());
+  EXPECT_TRUE(loaded.conditioning_weights_resident());
+  EXPECT_FALSE(at_load.conditioning_weights_resident());
   auto same_bits = [](const Tensor& a, const Tensor& b) {
     return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
   };

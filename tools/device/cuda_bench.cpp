@@ -173,7 +173,7 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
                      "modulation weights ({:.1f} GB)",
                      static_cast<double>(dit_weights.parameters) / 1e9, opt.layers, times.size(),
                      static_cast<double>(QwenImageTransformer::conditioning_bytes(dit_config, std::ssize(times))) / 1e6,
-                     static_cast<double>(QwenImageTransformer::modulation_weight_bytes(dit_config, 2)) / 1e9));
+                     static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(dit_config, 2)) / 1e9));
   Tensor latents = be.upload(random_host({gh * gw, 64}, DType::F32, 30, 0.0f, 1.0f), DType::F32);
   Tensor text_cond = be.upload(random_host({L, 3584}, DType::F32, 31, 0.0f, 1.0f), DType::F32);
   Tensor text_neg = be.upload(random_host({L, 3584}, DType::F32, 32, 0.0f, 1.0f), DType::F32);
