@@ -92,10 +92,14 @@ void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<Image
   // No image for this process (more ranks than images, a finished share) needs no conditioning either.
   if (jobs && (times.empty() || QwenImageTransformer::conditioning_at_load_pays(config, count, weight_size))) {
     transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit), times);
-    log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the weights that compute it "
-              "({:.1f} MB) were not kept",
-              count, static_cast<double>(QwenImageTransformer::conditioning_bytes(config, count)) / 1e6,
-              static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(config, weight_size)) / 1e6);
+    const double weight_mb = static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(config, weight_size)) / 1e6;
+    if (count == 0)
+      log_.info("no image for this process: the weights that compute the timestep conditioning ({:.1f} MB) were not kept",
+                weight_mb);
+    else
+      log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the weights that compute "
+                "it ({:.1f} MB) were not kept",
+                count, static_cast<double>(QwenImageTransformer::conditioning_bytes(config, count)) / 1e6, weight_mb);
   } else {
     if (jobs)
       log_.info("{} distinct model times: conditioning computed per step, its weights kept", count);

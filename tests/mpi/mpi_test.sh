@@ -46,6 +46,13 @@ case $case_name in
     gen 3 "$work/out" --prompt "only one" > "$work/log" 2>&1 || { cat "$work/log"; fail "exit status"; }
     check "$work/out" 1
     grep -q "summary: 1 done, 0 skipped, 0 failed" "$work/log" || { cat "$work/log"; fail "summary"; }
+    # The idle ranks know they have no image: they keep no conditioning weights; rank 0 computes its schedule's.
+    for r in 1 2; do
+      grep -q "rank $r/3\] \[info\] no image for this process: the weights that compute the timestep conditioning" "$work/log" ||
+        { cat "$work/log"; fail "rank $r kept its conditioning weights"; }
+    done
+    grep -q "rank 0/3\] \[info\] timestep conditioning of 3 model times computed while loading" "$work/log" ||
+      { cat "$work/log"; fail "rank 0 did not condition at load"; }
     ;;
   empty)
     : > "$work/empty.txt"
