@@ -9,7 +9,8 @@
 #   0. unpack the bundle, find cudart / cuBLAS / cuDNN / NVRTC on the machine, print versions
 #   1. the CUDA op tests against the CPU backend (poisoned allocations, FlashAttention's rule);
 #      cuDNN's attention and convolution in a process of their own
-#   2. the tiny golden models and pipeline on the GPU: latents NMSE and image PSNR vs diffusers
+#   2. the tiny golden models and pipeline on the GPU: latents NMSE and image PSNR vs diffusers;
+#      `ditbatch generate --backend cuda` on a tiny model against the CPU backend (PSNR)
 #   3. ditbatch_cuda_bench: ceilings, GEMM shapes, attention paths, full-size models with
 #      random weights (forward, CFG step, text encoder, VAE, peak memory, 50-step image);
 #      if it fails, the models again without cuDNN
@@ -134,6 +135,26 @@ if want 2; then
   gtest_stage golden_cudnn_tests '*CudaGolden*bf16' 120 DITBATCH_CUDA_POISON=1 \
     CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings_golden.log"
   grep -h 'golden' "$out/metrics.txt" 2>/dev/null | sed 's/^\[cuda-metric\] /  /'
+  # The product's command on the GPU (device choice, the memory check against the real free
+  # memory, the conditioning at load, the latents-to-PNG ops, PNG writing): the tiny model's
+  # images from --backend cuda against the same command on the CPU backend.
+  if [[ -x $work/bin/ditbatch ]]; then
+    echo "== stage 2c: ditbatch generate on the GPU against the CPU backend =="
+    gen_dir="$out/generate"
+    rm -rf "$gen_dir" && mkdir -p "$gen_dir"
+    # true CFG, no CFG, another size (a second schedule for the conditioning at load)
+    printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 96}\n' \
+      > "$gen_dir/prompts.jsonl"
+    "$work/bin/ditbatch" make-tiny --out "$gen_dir/tiny.h5" > "$gen_dir/make-tiny.log" 2>&1
+    rcs=""
+    for backend in cuda cpu; do
+      timeout 120 "$work/bin/ditbatch" generate --weights "$gen_dir/tiny.h5" --prompts "$gen_dir/prompts.jsonl" \
+        --out "$gen_dir/$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/$backend.log" 2>&1
+      rcs+=" $backend rc $?"
+    done
+    grep -E 'GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
+    note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
+  fi
 fi
 if want 3; then
   echo "== stage 3: ditbatch_cuda_bench =="
