@@ -299,6 +299,7 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   r.json["text_tokens"] = L;
   r.json["cfg"] = o.cfg;
   r.json["steps"] = o.steps;
+  r.json["conditioning_at_load"] = at_load;  // no timestep work inside a timed step
   print_report(r, timing, flops, o.warmup);
   return 0;
 }

@@ -91,7 +91,9 @@ TEST(Bench, DitFromAWeightFileConditionsAtLoadAsGenerate) {
   ASSERT_EQ(r.status, 0) << r.output;
   // the warm-up's model time 1 is also the first step's: 2 distinct
   EXPECT_NE(r.output.find("computed while loading for the 2 model times (as generate)"), std::string::npos) << r.output;
-  EXPECT_EQ(bench_json(r.output)["num_layers"], 2);
+  const nlohmann::json j = bench_json(r.output);
+  EXPECT_EQ(j["num_layers"], 2);
+  EXPECT_EQ(j["conditioning_at_load"], true);
 }
 
 TEST(Bench, VaeAndTextEncoderRun) {
