@@ -18,7 +18,7 @@ gen --out "$work/b"
 gen --out "$work/c" --seed 7
 
 out=$($compare "$work/a" "$work/b") || fail "identical runs: $out"
-grep -q "PSNR worst 99.00 dB over 2 images" <<< "$out" || fail "identical runs: $out"
+grep -q "PSNR worst 99.00 dB over 2 of 2 images" <<< "$out" || fail "identical runs: $out"
 
 if out=$($compare "$work/a" "$work/c"); then fail "another seed passed: $out"; fi
 grep -q "FAIL" <<< "$out" || fail "another seed: $out"
@@ -28,4 +28,8 @@ python3 -c "import sys; sys.exit(0 if float('$worst') < 30 else 1)" || fail "ano
 rm "$work/b/"*lighthouse*.png
 if out=$($compare "$work/a" "$work/b"); then fail "a missing image passed: $out"; fi
 grep -q "lighthouse.*missing in" <<< "$out" || fail "missing image not named: $out"
+grep -q "over 1 of 2 images" <<< "$out" || fail "missing image counted: $out"
+rm "$work/b/"*.png
+if out=$($compare "$work/a" "$work/b"); then fail "no image at all passed: $out"; fi
+grep -q "none of the 2 images could be compared" <<< "$out" || fail "nothing compared: $out"
 echo "compare_pngs: ok"

@@ -3,7 +3,7 @@
 a GPU run of the same prompts). Standard library only: the GPU machine has no PIL.
 
 usage: compare_pngs.py REFERENCE_DIR OTHER_DIR [--min-db DB]
-Prints one line per image and a last line "PSNR worst X dB over N images"; exit 0 when every
+Prints one line per image and a last line "PSNR worst X dB over N of M images"; exit 0 when every
 image of REFERENCE_DIR has a partner in OTHER_DIR of the same size and the worst PSNR is at
 least --min-db (default 30), else 1."""
 import math
@@ -89,7 +89,7 @@ def main(argv):
     if not refs:
         print(f"no PNGs in {ref_dir}")
         return 1
-    worst, ok = 99.0, True
+    worst, ok, compared = 99.0, True, 0
     for ref in refs:
         other = other_dir / ref.name
         if not other.exists():
@@ -104,9 +104,14 @@ def main(argv):
             continue
         db = psnr(a, b)
         worst = min(worst, db)
+        compared += 1
         print(f"{ref.name}: {db:.2f} dB")
-    ok = ok and worst >= min_db
-    print(f"PSNR worst {worst:.2f} dB over {len(refs)} images (at least {min_db:g} dB wanted): {'ok' if ok else 'FAIL'}")
+    ok = ok and compared > 0 and worst >= min_db
+    if compared == 0:
+        print(f"PSNR: none of the {len(refs)} images could be compared: FAIL")
+    else:
+        print(f"PSNR worst {worst:.2f} dB over {compared} of {len(refs)} images (at least {min_db:g} dB wanted): "
+              f"{'ok' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 
