@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
-#include <set>
 
 #include "app/backends.h"
 #include "app/commands.h"
@@ -250,8 +249,7 @@ int bench_dit(const CommonOptions& o, Backend& be) {
     random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
   }
   WeightBinder& weights = random ? static_cast<WeightBinder&>(*random) : *binder;
-  std::set<uint32_t> distinct;
-  for (float tt : times) distinct.insert(f32_bits(tt));
+  const std::vector<float> distinct = distinct_model_times(times);
   const bool at_load = QwenImageTransformer::conditioning_at_load_pays(config, std::ssize(distinct),
                                                                         dtype_size(be.act_dtype()));
   model = at_load ? std::make_unique<QwenImageTransformer>(be, config, weights, times)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <set>
 
 #include "core/error.h"
 
@@ -101,13 +102,18 @@ std::vector<WeightSpec> QwenImageTransformer::weight_specs(const TransformerConf
   return recorder.specs;
 }
 
+std::vector<float> distinct_model_times(const std::vector<float>& times) {
+  std::vector<float> out;
+  std::set<uint32_t> seen;
+  for (float tt : times)
+    if (seen.insert(f32_bits(tt)).second) out.push_back(tt);
+  return out;
+}
+
 QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerConfig& config, WeightBinder& binder,
                                            const std::vector<float>& timesteps)
     : be_(backend), config_(config) {
-  std::vector<float> times;  // each model time once, in the order given
-  for (float tt : timesteps)
-    if (std::find_if(times.begin(), times.end(), [&](float t) { return f32_bits(t) == f32_bits(tt); }) == times.end())
-      times.push_back(tt);
+  const std::vector<float> times = distinct_model_times(timesteps);
   const int64_t D = config_.inner_dim();
   std::vector<TimestepConditioning> conds(times.size());
   std::vector<Tensor> acts;  // silu(temb) [1, D] per model time
@@ -174,7 +180,9 @@ TimestepConditioning QwenImageTransformer::condition(float tt) {
   if (auto it = precomputed_.find(f32_bits(tt)); it != precomputed_.end()) return it->second;
   DITBATCH_CHECK(conditioning_weights_resident_,
                  "transformer: model time {} is not one the conditioning was computed for at load ({} were), and the "
-                 "weights that compute it were released after it",
+                 "weights that compute it were released after it: the images given to load_denoiser() must include "
+                 "every (size, steps) this process generates (a ditbatch bug when it comes from `generate`; "
+                 "please report it with the prompt file)",
                  tt, precomputed_.size());
   const int64_t D = config_.inner_dim();
   TimestepConditioning cond;

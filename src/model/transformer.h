@@ -41,6 +41,10 @@ struct TimestepConditioning {
   Tensor norm_out;                 // [2, D]: scale, shift (scale first)
 };
 
+// Each model time of `times` once (by its float bits), in the order given: the set a transformer
+// conditions at load.
+std::vector<float> distinct_model_times(const std::vector<float>& times);
+
 class QwenImageTransformer {
  public:
   // Loads from the /transformer component of a weight file.

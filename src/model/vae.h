@@ -75,7 +75,6 @@ class VaeDecoder {
   Tensor mid_attention(const Tensor& x);
   Tensor decode_nhwc(Tensor x);  // x [h, w, z_dim] on the backend
 
-
   Backend& be_;
   VaeConfig config_;
   Weights w_;

@@ -68,13 +68,11 @@ std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, cons
   std::set<std::pair<int64_t, int64_t>> schedules;  // (image tokens, steps)
   for (const ImageJob& job : jobs) schedules.emplace(job.grid_h() * job.grid_w(), job.steps);
   std::vector<float> times;
-  std::set<uint32_t> seen;
   for (const auto& [tokens, steps] : schedules) {
     const Schedule schedule = make_schedule(scheduler, static_cast<int>(steps), tokens);
-    for (int i = 0; i < schedule.steps(); ++i)
-      if (seen.insert(f32_bits(schedule.model_time(i))).second) times.push_back(schedule.model_time(i));
+    for (int i = 0; i < schedule.steps(); ++i) times.push_back(schedule.model_time(i));
   }
-  return times;
+  return distinct_model_times(times);
 }
 
 void QwenImagePipeline::load_denoiser() { load_denoiser_with(std::nullopt); }
