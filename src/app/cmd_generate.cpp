@@ -66,7 +66,8 @@ std::string validate_input(const GenerateOptions& o, const Log& log) {
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log);
   ArraySlice::resolve(o.array_index, o.array_count);
   check_output_dir(o.run.out_dir);
-  WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  if (!o.run.overwrite) check_previous_images(o.run.out_dir, jobs, weights.checksum());
   return jobs_to_json(jobs);
 }
 
@@ -258,9 +259,11 @@ int cmd_generate(const std::vector<std::string>& args) {
     remove_stale_temp_files(o.run.out_dir, log);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
+    const std::string checksum = WeightStore::open(o.weights_path).checksum();
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
-      remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], manifest);
+      remaining +=
+          o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], checksum, manifest);
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {

@@ -66,16 +66,78 @@ OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenIm
 
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
 
-bool image_is_complete(const std::string& out_dir, const ImageJob& job,
-                       const std::map<int64_t, nlohmann::json>& manifest) {
-  auto it = manifest.find(job.index);
+std::vector<std::string> changed_settings(const ImageJob& job, const std::string& model_checksum,
+                                          const nlohmann::json& record) {
+  const nlohmann::json now = job_record(job);
+  std::vector<std::string> changes;
+  auto shown = [](const nlohmann::json& v) {
+    if (v.is_number_float()) return fmt::format("{}", v.get<float>());  // cfg: 4.1, not 4.099999904632568
+    if (!v.is_string()) return v.dump();
+    std::string s = v.get<std::string>();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    return nlohmann::json(s).dump();
+  };
+  for (const char* key : {"prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg"}) {
+    const auto it = record.find(key);
+    // cfg is written from a float: compare it as one (4.1f comes back as 4.099999904632568).
+    const bool same = it != record.end() &&
+                      (std::string(key) == "cfg" ? it->is_number() && it->get<float>() == now[key].get<float>()
+                                                 : *it == now[key]);
+    if (!same)
+      changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
+                                    shown(now[key])));
+  }
+  const std::string made_with = record.value("model_checksum", "");
+  if (made_with != model_checksum)
+    changes.push_back(fmt::format("model checksum {}, now {}", made_with.empty() ? "not recorded" : made_with.substr(0, 12),
+                                  model_checksum.substr(0, 12)));
+  return changes;
+}
+
+namespace {
+
+// The manifest line of an image listed "ok" under this job's file name, or null.
+const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlohmann::json>& manifest) {
+  const auto it = manifest.find(job.index);
   if (it == manifest.end() || it->second.value("status", "") != "ok" ||
       it->second.value("file", "") != job.file_stem + ".png")
-    return false;
-  // The manifest holds the sha256 of the bytes written: a match proves the file whole and
-  // unchanged (no need to decode it as well).
+    return nullptr;
+  return &it->second;
+}
+
+// The manifest holds the sha256 of the bytes written: a match proves the file whole and
+// unchanged (no need to decode it as well).
+bool png_is_whole(const std::string& out_dir, const ImageJob& job, const nlohmann::json& record) {
   const std::string path = png_path(out_dir, job);
-  return file_exists(path) && sha256_file(path) == it->second.value("sha256", "");
+  return file_exists(path) && sha256_file(path) == record.value("sha256", "");
+}
+
+}  // namespace
+
+bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
+                       const std::map<int64_t, nlohmann::json>& manifest) {
+  const nlohmann::json* record = listed_ok(job, manifest);
+  return record && changed_settings(job, model_checksum, *record).empty() && png_is_whole(out_dir, job, *record);
+}
+
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                           const std::string& model_checksum) {
+  const auto manifest = read_manifest(out_dir);
+  std::vector<std::string> found;
+  int64_t count = 0;
+  for (const ImageJob& job : jobs) {
+    // Another file (or none) for this index: nothing of it would be skipped or replaced.
+    const nlohmann::json* record = listed_ok(job, manifest);
+    if (!record) continue;
+    // Settings first (no read); then only a PNG that is still there and whole matters.
+    const auto changes = changed_settings(job, model_checksum, *record);
+    if (changes.empty() || !png_is_whole(out_dir, job, *record)) continue;
+    if (++count <= 3) found.push_back(fmt::format("{} ({})", job.file_stem + ".png", fmt::join(changes, "; ")));
+  }
+  if (count > 0)
+    fail_input("--out {}: {} image(s) there were made with other settings than this run asks for: {}{}. Give "
+               "another --out, or --overwrite to make them again with these settings",
+               out_dir, count, fmt::join(found, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
 }
 
 PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
@@ -146,7 +208,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
   auto done_already = [&](const ImageJob& job) {
-    return !opt.overwrite && image_is_complete(opt.out_dir, job, previous);
+    return !opt.overwrite && image_is_complete(opt.out_dir, job, provenance.model_checksum, previous);
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.

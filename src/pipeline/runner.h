@@ -70,11 +70,24 @@ struct OutputProvenance {
   static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
 };
 
-// The PNG's path for a job, and whether it is already made (complete PNG listed "ok" in the
-// manifest with the same sha256).
+// The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
+// the same file, records the settings this job asks for (changed_settings is empty) and the
+// sha256 of the file on disk.
 std::string png_path(const std::string& out_dir, const ImageJob& job);
-bool image_is_complete(const std::string& out_dir, const ImageJob& job,
+bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
                        const std::map<int64_t, nlohmann::json>& manifest);
+
+// What the image of a manifest line was made with that `job` would make differently, one item
+// per setting: "steps 20, now 50". Empty when every setting that decides the pixels agrees
+// (prompt, negative prompt, seed, size, steps, cfg, the model's checksum).
+std::vector<std::string> changed_settings(const ImageJob& job, const std::string& model_checksum,
+                                          const nlohmann::json& record);
+
+// Before any weight is read: a folder whose complete images were made with other settings
+// than `jobs` ask for would have them skipped as done (the folder would not hold what the run
+// asked for) or, made again, lose them. Throws InputError naming them; --overwrite skips this.
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                           const std::string& model_checksum);
 
 RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
                           const RunOptions& options, const OutputProvenance& provenance, Progress& progress,

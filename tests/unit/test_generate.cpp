@@ -119,6 +119,63 @@ TEST(Generate, SameJobTwiceGivesIdenticalBytesAndResumeSkipsCompleteImages) {
   EXPECT_NE(overwrite.output.find("3 done, 0 skipped"), std::string::npos) << overwrite.output;
 }
 
+// A rerun into a folder whose images were made with other settings must not pass them off as
+// this run's images (skipped as complete) nor replace them unasked: it stops before any work.
+TEST(Generate, RerunWithOtherSettingsIsRefusedAndLeavesTheFolderAlone) {
+  TempDir dir;
+  const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --cfg 4.1";
+  ASSERT_EQ(test::run(generate_cmd(dir / "out", prompts)).status, 0);
+  const auto names = pngs_in(dir / "out");
+  ASSERT_EQ(names.size(), 2u);
+  auto same = test::run(generate_cmd(dir / "out", prompts));  // cfg 4.1 is stored as a double: still the same
+  EXPECT_EQ(same.status, 0);
+  EXPECT_NE(same.output.find("0 done, 2 skipped, 0 failed"), std::string::npos) << same.output;
+
+  auto folder = [&] {
+    std::map<std::string, std::string> bytes;
+    for (const auto& e : fs::directory_iterator(dir / "out")) bytes[e.path().filename()] = test::read_text(e.path());
+    return bytes;
+  };
+  const auto before = folder();
+  auto seed = test::run(generate_cmd(dir / "out", prompts + " --seed 9"));
+  EXPECT_EQ(seed.status, 2) << seed.output;
+  EXPECT_NE(seed.output.find("2 image(s) there were made with other settings"), std::string::npos) << seed.output;
+  EXPECT_NE(seed.output.find(names[0] + " (seed 0, now 9)"), std::string::npos) << seed.output;
+  EXPECT_NE(seed.output.find("--overwrite"), std::string::npos) << seed.output;
+  EXPECT_EQ(seed.output.find("loaded"), std::string::npos) << "refused before any weight is read: " << seed.output;
+  EXPECT_EQ(folder(), before);
+
+  auto cfg = test::run(generate_cmd(dir / "out", "--prompt 'a lighthouse' --prompt 'a forest' --cfg 3"));
+  EXPECT_EQ(cfg.status, 2);
+  EXPECT_NE(cfg.output.find("(cfg 4.1, now 3)"), std::string::npos) << cfg.output;
+
+  // Another model: its checksum differs (make-tiny with another seed writes other weights).
+  ASSERT_EQ(test::run(test::exe() + " make-tiny --seed 4 --out " + (dir / "other.h5")).status, 0);
+  const std::string other_cmd = fmt::format("{} generate --weights {} --out {} --width 64 --height 48 --steps 4 {}",
+                                            test::exe(), dir / "other.h5", dir / "out", prompts);
+  auto model = test::run(other_cmd);
+  EXPECT_EQ(model.status, 2);
+  EXPECT_NE(model.output.find("model checksum " + WeightStore::open(test::tiny_model()).checksum().substr(0, 12) +
+                              ", now " + WeightStore::open(dir / "other.h5").checksum().substr(0, 12)),
+            std::string::npos)
+      << model.output;
+  EXPECT_EQ(folder(), before);
+
+  // A PNG that is gone is not an image to lose: only the one left is named.
+  fs::remove(dir / ("out/" + names[0]));
+  auto one = test::run(generate_cmd(dir / "out", prompts + " --seed 9"));
+  EXPECT_EQ(one.status, 2);
+  EXPECT_NE(one.output.find("1 image(s)"), std::string::npos) << one.output;
+  EXPECT_EQ(one.output.find(names[0]), std::string::npos) << one.output;
+
+  auto overwrite = test::run(generate_cmd(dir / "out", prompts + " --seed 9 --overwrite"));
+  EXPECT_EQ(overwrite.status, 0) << overwrite.output;
+  EXPECT_NE(overwrite.output.find("2 done, 0 skipped"), std::string::npos) << overwrite.output;
+  EXPECT_EQ(text_of(read_png(dir / ("out/" + names[1])))["seed"], "10");
+  auto again = test::run(generate_cmd(dir / "out", prompts + " --seed 9"));
+  EXPECT_NE(again.output.find("0 done, 2 skipped"), std::string::npos) << again.output;
+}
+
 TEST(Generate, KilledRunLeavesNoPartialPngAndResumes) {
   TempDir dir;
   std::string prompts;
