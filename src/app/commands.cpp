@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 
+#include "core/build_info.h"
 #include "core/error.h"
 
 namespace ditbatch {
@@ -29,7 +30,7 @@ const std::map<std::string, CommandInfo>& commands() {
 }
 
 void print_usage() {
-  std::cout << "ditbatch " << DITBATCH_VERSION << " (" << DITBATCH_GIT_COMMIT
+  std::cout << "ditbatch " << DITBATCH_VERSION << " (" << build_commit()
             << "): batch text-to-image with Qwen-Image\n\nusage: ditbatch <command> [options]   (ditbatch <command> "
                "--help for its options)\n\ncommands:\n";
   for (const auto& [name, info] : commands()) std::printf("  %-12s %s\n", name.c_str(), info.summary);
@@ -48,7 +49,7 @@ int run_command_line(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::cout << "ditbatch " << DITBATCH_VERSION << " " << DITBATCH_GIT_COMMIT << "\n";
+    std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n";
     return 0;
   }
   auto it = commands().find(name);

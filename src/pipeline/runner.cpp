@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/sha256.h"
@@ -29,7 +30,7 @@ std::string utc_now() {
   return buf;
 }
 
-std::string build_version() { return fmt::format("ditbatch {} ({})", DITBATCH_VERSION, DITBATCH_GIT_COMMIT); }
+std::string build_version() { return fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit()); }
 
 nlohmann::json job_record(const ImageJob& job) {
   return {{"index", job.index},
