@@ -204,8 +204,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (!parse_options("generate", "--weights FILE.h5 (--prompt TEXT... | --prompts FILE) --out DIR [options]",
                      "Makes one PNG per prompt, named <index>-<slug>.png (or the prompt's \"name\"), with the\n"
                      "settings in its text chunks and a line per image in DIR/manifest.jsonl. A rerun skips\n"
-                     "images that are complete. Defaults are the Qwen-Image model card's: 1024x1024, 50 steps,\n"
-                     "true CFG 4.0 with negative prompt \" \". Under mpirun/srun every rank takes a share.",
+                     "images that are complete, and refuses a DIR whose images were made with other settings.\n"
+                     "Defaults are the Qwen-Image model card's: 1024x1024, 50 steps, true CFG 4.0 with\n"
+                     "negative prompt \" \". Under mpirun/srun every rank takes a share.",
                      desc, nullptr, args, vm))
     return 0;
   if (o.output_type != "png" && o.output_type != "latent")
