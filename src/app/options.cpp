@@ -13,13 +13,35 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
   try {
     po::command_line_parser parser(args);
     parser.options(desc);
-    if (positional) parser.positional(*positional);
+    // Without a positional description Boost drops stray words silently: `--prompt a red cat`
+    // would make an image of "a". An empty one makes every stray word an error.
+    const po::positional_options_description none;
+    parser.positional(positional ? *positional : none);
     po::store(parser.run(), vm);
     if (vm.count("help")) {
       std::cout << "usage: ditbatch " << command << " " << synopsis << "\n\n" << about << "\n\n" << desc << "\n";
       return false;
     }
     po::notify(vm);
+  } catch (const po::too_many_positional_options_error&) {
+    // Boost does not say which word: find the first one no option took (an option's value
+    // follows it as the next word, or after '=').
+    std::string stray;
+    unsigned words = 0;
+    const unsigned allowed = positional ? positional->max_total_count() : 0;
+    for (size_t i = 0; i < args.size() && stray.empty(); ++i) {
+      const std::string& a = args[i];
+      if (a.size() > 1 && a[0] == '-') {
+        const std::string name = a.substr(a.rfind("--", 0) == 0 ? 2 : 1);
+        const auto* option = name.find('=') == std::string::npos ? desc.find_nothrow(name, false) : nullptr;
+        if (option && option->semantic()->max_tokens() > 0) ++i;  // its value
+      } else if (++words > allowed) {
+        stray = a;
+      }
+    }
+    fail_input("unexpected argument '{}': each option takes one word, so quote a value with spaces (see ditbatch {} "
+               "--help)",
+               stray, command);
   } catch (const po::error& e) {
     fail_input("{} (see ditbatch {} --help)", e.what(), command);
   }
