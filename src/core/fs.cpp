@@ -61,6 +61,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail_input("{}: is a folder, not a file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input("{}: cannot open: {}", path, std::strerror(errno));
   std::ostringstream ss;

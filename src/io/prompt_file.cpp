@@ -100,7 +100,9 @@ std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const st
   if (!jsonl && !name.ends_with(".txt"))
     fail_input("{}: unknown prompt file type (use .txt, one prompt per line, or .jsonl)", name);
   std::vector<PromptEntry> entries;
-  const auto lines = split_lines(contents);
+  // A UTF-8 byte order mark (Windows editors write one) is not part of the first prompt.
+  const bool bom = contents.starts_with("\xEF\xBB\xBF");
+  const auto lines = split_lines(bom ? contents.substr(3) : contents);
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string where = fmt::format("{}:{}", name, i + 1);
     const std::string& line = lines[i];
@@ -109,7 +111,7 @@ std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const st
     if (jsonl) {
       entries.push_back(parse_jsonl_line(line, where));
     } else {
-      if (line[0] == '#') continue;  // a comment; the prompt text itself is kept verbatim
+      if (line[line.find_first_not_of(" \t")] == '#') continue;  // a comment (also indented); prompts are kept verbatim
       PromptEntry e;
       e.prompt = line;
       e.origin = where;

@@ -1,15 +1,17 @@
 // Prompt files (.txt and .jsonl) and the resolution of prompts into image jobs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "io/prompt_file.h"
 #include "pipeline/job.h"
 #include "test_util.h"
 
 using namespace ditbatch;
+namespace fs = std::filesystem;
 
 namespace {
-
 
 std::vector<ImageJob> jobs_of(const std::string& text, const std::string& name, GenerationDefaults d = {}) {
   return resolve_jobs(parse_prompt_text(text, name), d, Log::quiet());
@@ -25,6 +27,35 @@ TEST(PromptFile, TxtSkipsBlankAndCommentLinesAndKeepsTextVerbatim) {
   EXPECT_EQ(e[1].prompt, "  leading spaces kept");  // CRLF's CR removed, spaces kept
   EXPECT_EQ(e[2].prompt, "last without newline");
   EXPECT_EQ(e[2].origin, "p.txt:6");
+}
+
+// A byte order mark is not text: "\xEF\xBB\xBF# header" is a comment, and a first prompt
+// with a BOM is the same prompt (the same tokens, the same image) as without one.
+TEST(PromptFile, ByteOrderMarkAndIndentedCommentsAreNotPrompts) {
+  auto e = parse_prompt_text("\xEF\xBB\xBF# header\nfirst\n  # indented comment\n\t# tab comment\nsecond #3", "p.txt");
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].prompt, "first");
+  EXPECT_EQ(e[0].origin, "p.txt:2");
+  EXPECT_EQ(e[1].prompt, "second #3");
+  auto b = parse_prompt_text("\xEF\xBB\xBF" "first\n", "p.txt");
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].prompt, "first");
+  auto j = parse_prompt_text("\xEF\xBB\xBF{\"prompt\": \"a\"}\n", "p.jsonl");
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].prompt, "a");
+  // Only at the start of the file: elsewhere U+FEFF is a character of the prompt.
+  EXPECT_EQ(parse_prompt_text("a\n\xEF\xBB\xBF" "b\n", "p.txt")[1].prompt, "\xEF\xBB\xBF" "b");
+}
+
+TEST(PromptFile, AFolderIsNotAPromptFile) {
+  test::TempDir dir;
+  fs::create_directories(dir / "prompts.txt");
+  try {
+    read_prompt_file(dir / "prompts.txt");
+    FAIL() << "a folder was read as a prompt file";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompts.txt: is a folder, not a file"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PromptFile, JsonlFieldsAndDefaults) {
