@@ -106,10 +106,10 @@ const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlo
   return &it->second;
 }
 
-// The manifest holds the sha256 of the bytes written: a match proves the file whole and
-// unchanged (no need to decode it as well).
-bool png_is_whole(const std::string& out_dir, const ImageJob& job, const nlohmann::json& record) {
-  const std::string path = png_path(out_dir, job);
+// The PNG a manifest line lists is still there as written: the manifest holds the sha256 of
+// the bytes written, and a match proves the file whole and unchanged (no need to decode it).
+bool png_is_whole(const std::string& out_dir, const nlohmann::json& record) {
+  const std::string path = out_dir + "/" + record.value("file", "");
   return file_exists(path) && sha256_file(path) == record.value("sha256", "");
 }
 
@@ -118,7 +118,7 @@ bool png_is_whole(const std::string& out_dir, const ImageJob& job, const nlohman
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
                        const std::map<int64_t, nlohmann::json>& manifest) {
   const nlohmann::json* record = listed_ok(job, manifest);
-  return record && changed_settings(job, model_checksum, *record).empty() && png_is_whole(out_dir, job, *record);
+  return record && changed_settings(job, model_checksum, *record).empty() && png_is_whole(out_dir, *record);
 }
 
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
@@ -127,13 +127,16 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
   std::vector<std::string> found;
   int64_t count = 0;
   for (const ImageJob& job : jobs) {
-    // Another file (or none) for this index: nothing of it would be skipped or replaced.
-    const nlohmann::json* record = listed_ok(job, manifest);
-    if (!record) continue;
-    // Settings first (no read); then only a PNG that is still there and whole matters.
-    const auto changes = changed_settings(job, model_checksum, *record);
-    if (changes.empty() || !png_is_whole(out_dir, job, *record)) continue;
-    if (++count <= 3) found.push_back(fmt::format("{} ({})", job.file_stem + ".png", fmt::join(changes, "; ")));
+    const auto it = manifest.find(job.index);
+    if (it == manifest.end() || it->second.value("status", "") != "ok") continue;
+    const nlohmann::json& record = it->second;
+    // Settings first (no read), then only a PNG that is still there and whole matters. Another
+    // file at this index (a changed prompt list) counts too: the manifest would drop its line.
+    auto changes = changed_settings(job, model_checksum, record);
+    const std::string file = record.value("file", "");
+    if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
+    if (changes.empty() || !png_is_whole(out_dir, record)) continue;
+    if (++count <= 3) found.push_back(fmt::format("{} ({})", file, fmt::join(changes, "; ")));
   }
   if (count > 0)
     fail_input("--out {}: {} image(s) there were made with other settings than this run asks for: {}{}. Give "

@@ -84,8 +84,9 @@ std::vector<std::string> changed_settings(const ImageJob& job, const std::string
                                           const nlohmann::json& record);
 
 // Before any weight is read: a folder whose complete images were made with other settings
-// than `jobs` ask for would have them skipped as done (the folder would not hold what the run
-// asked for) or, made again, lose them. Throws InputError naming them; --overwrite skips this.
+// than `jobs` ask for, or are other files at the same index (another prompt list), would have
+// them skipped as done (the folder would not hold what the run asked for) or replaced or
+// dropped from the manifest. Throws InputError naming them; --overwrite skips this.
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
                            const std::string& model_checksum);
 

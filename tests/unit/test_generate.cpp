@@ -161,6 +161,15 @@ TEST(Generate, RerunWithOtherSettingsIsRefusedAndLeavesTheFolderAlone) {
       << model.output;
   EXPECT_EQ(folder(), before);
 
+  // Another prompt list: other files at the same indices, whose manifest lines would be dropped.
+  auto list = test::run(generate_cmd(dir / "out", "--prompt 'a harbour' --prompt 'a forest' --cfg 4.1"));
+  EXPECT_EQ(list.status, 2);
+  EXPECT_NE(list.output.find("1 image(s)"), std::string::npos) << list.output;
+  EXPECT_NE(list.output.find(names[0] + " (now 000000-a-harbour.png; prompt \"a lighthouse\", now \"a harbour\")"),
+            std::string::npos)
+      << list.output;
+  EXPECT_EQ(folder(), before);
+
   // A PNG that is gone is not an image to lose: only the one left is named.
   fs::remove(dir / ("out/" + names[0]));
   auto one = test::run(generate_cmd(dir / "out", prompts + " --seed 9"));
@@ -266,6 +275,15 @@ TEST(Generate, BadInputIsReportedBeforeAnyWork) {
                             dir / "out"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("width 0 is out of range"), std::string::npos) << r.output;
+
+  // An unquoted prompt: Boost alone would make an image of "a" and drop the rest.
+  r = test::run(generate_cmd(dir / "stray", "--prompt a red fox"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unexpected argument 'red'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "stray"));
+  r = test::run(fmt::format("{} inspect {} {}", test::exe(), test::tiny_model(), "second.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("unexpected argument 'second.h5'"), std::string::npos) << r.output;
 }
 
 TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
