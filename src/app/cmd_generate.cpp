@@ -339,7 +339,12 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   const bool stopped = world.max(report.stopped) > 0;
   const bool failed = world.sum(report.failed) > 0;
-  if (stopped && world.rank() == 0) log.warn("stopped by a signal: run again (or requeue) to resume");
+  const int64_t finished = world.sum(report.done) + world.sum(report.skipped);  // collective: on every rank
+  if (stopped && world.rank() == 0) {
+    // Failed images are left too: a rerun tries them again.
+    const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+    log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", hi - lo - finished);
+  }
   return stopped ? kExitRequeue : failed ? 1 : 0;
 }
 

@@ -241,6 +241,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   }
   pipeline.load_denoiser(schedules);
 
+  bool announced_stop = false;
   while (true) {
     if (stop_requested()) {
       summary.stopped_by_signal = true;
@@ -268,7 +269,14 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       image = pipeline.generate(job, prompt, negative ? &*negative : nullptr,
                                 [&](int done, int total) {
                                   progress.step(done, total);
-                                  if (opt.on_signal == OnSignal::Abandon && stop_requested()) throw Abandoned{};
+                                  if (!stop_requested()) return;
+                                  if (opt.on_signal == OnSignal::Abandon || stop_escalated()) throw Abandoned{};
+                                  if (!announced_stop) {  // said at the next step, not when the image ends
+                                    announced_stop = true;
+                                    log.warn("signal {} received: finishing image {} ({} of {} steps left), then "
+                                             "stopping; a second signal (a second or more later) abandons it",
+                                             stop_signal_number(), job.index, total - done, total);
+                                  }
                                 },
                                 times);
     } catch (const Abandoned&) {

@@ -314,6 +314,57 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   EXPECT_EQ(pngs_in(dir / "out").size(), 8u);
 }
 
+// The first signal is acknowledged at the next denoising step (not minutes later when the
+// image ends); a second one abandons the image; the last line says how many are left.
+TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
+  std::string prompts;
+  for (int i = 0; i < 4; ++i) prompts += fmt::format(" --prompt 'q{}'", i);
+  // Long images (1000 tiny steps at 256², several seconds), so that the signal sent once the
+  // first PNG exists lands in the next image's steps; when it lands between images (nothing to
+  // finish), try again.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    TempDir dir;
+    const std::string log_path = dir / "log.txt";
+    const std::string cmd = fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 {} > {} 2>&1",
+                                        test::exe(), test::tiny_model(), dir / "out", prompts, log_path);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 3000 && (!fs::exists(dir / "out") || pngs_in(dir / "out").empty()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill(pid, SIGUSR1);
+    bool announced = false;
+    for (int i = 0; i < 1000 && !announced; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      announced = test::read_text(log_path).find("received: finishing image 1 (") != std::string::npos;
+      if (test::read_text(log_path).find("taking no new images") != std::string::npos) break;
+    }
+    if (announced) {
+      // Two signals at once are one event (preemption's SIGTERM and the script's SIGUSR1):
+      // still finishing. A second one over a second later abandons the image.
+      kill(pid, SIGTERM);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+      EXPECT_EQ(test::read_text(log_path).find("abandoning"), std::string::npos) << test::read_text(log_path);
+      kill(pid, SIGUSR1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string log = test::read_text(log_path);
+    ASSERT_TRUE(WIFEXITED(status)) << log;
+    EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+    if (!announced) continue;  // landed between images
+    EXPECT_NE(log.find("of 1000 steps left), then stopping; a second signal (a second or more later) abandons it"), std::string::npos) << log;
+    EXPECT_NE(log.find("abandoning image 1 (000001-q1)"), std::string::npos) << log;
+    EXPECT_NE(log.find("stopped by a signal with 3 image(s) left"), std::string::npos) << log;
+    EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-q0.png"}));
+    EXPECT_EQ(read_manifest(dir / "out").size(), 1u);
+    return;
+  }
+  FAIL() << "in 3 attempts the signal never landed inside an image's steps";
+}
+
 TEST(Generate, OffloadingTheTextEncoderChangesNothingInTheImages) {
   TempDir dir;
   const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --negative-prompt 'blurry'";
