@@ -295,6 +295,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
                          {"total_s", image_watch.seconds()}};
     record["host"] = opt.host;
     record["rank"] = opt.rank;
+    bool output_broken = false;
     if (image.ok) {
       try {
         const std::string bytes = write_png_atomic(png_path(opt.out_dir, job), image.rgb.data(), job.width,
@@ -305,6 +306,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       } catch (const std::exception& e) {
         image.ok = false;
         image.error = fmt::format("cannot write the output: {}", e.what());
+        output_broken = true;
       }
     }
     if (image.ok) {
@@ -323,6 +325,13 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     record["model_checksum"] = provenance.model_checksum;
     manifest.append(record);
     progress.image_finished();
+    if (output_broken) {
+      // A full disk, a quota, a folder gone: every further image would fail the same way, so
+      // the allocation is not spent making them. A rerun makes what is missing.
+      log.error("stopping: {} cannot be written, so no further image could be saved; fix that and run again",
+                opt.out_dir);
+      break;
+    }
   }
   summary.seconds = run_watch.seconds();
   return summary;

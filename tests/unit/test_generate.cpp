@@ -242,6 +242,35 @@ TEST(Generate, NanWeightFailsTheImageNotTheRun) {
   EXPECT_NE(manifest.at(1)["error"].get<std::string>().find("NaN"), std::string::npos);
 }
 
+// A full output folder (here a 300 KB tmpfs: one 256x256 noise PNG of ~200 KB fits) stops the
+// run at the first image it cannot save, instead of spending the allocation on images that
+// all fail; a rerun with space makes the rest.
+TEST(Generate, AFullOutputFolderStopsTheRun) {
+  TempDir dir;
+  fs::create_directories(dir / "out");
+  if (test::run("mount -t tmpfs -o size=300k tmpfs " + (dir / "out")).status != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { test::run("umount " + path); }
+  } unmount{dir / "out"};
+  std::string prompts;
+  for (int i = 0; i < 4; ++i) prompts += fmt::format(" --prompt 'noise {}'", i);
+  const std::string cmd = fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 2 {}",
+                                      test::exe(), test::tiny_model(), dir / "out", prompts);
+  auto r = test::run(cmd);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("image 1 (--prompt #2) failed: cannot write the output"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopping: " + (dir / "out") + " cannot be written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 done, 0 skipped, 1 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(pngs_in(dir / "out").size(), 1u);
+
+  ASSERT_EQ(test::run("mount -o remount,size=4m " + (dir / "out")).status, 0);
+  auto rerun = test::run(cmd);
+  EXPECT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_NE(rerun.output.find("3 done, 1 skipped, 0 failed"), std::string::npos) << rerun.output;
+}
+
 TEST(Generate, LatentOutputBesideThePng) {
   TempDir dir;
   ASSERT_EQ(test::run(generate_cmd(dir / "out", "--prompt x --output-type latent")).status, 0);
