@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -169,6 +170,7 @@ void print_summary(const std::vector<std::string>& reports, double wall, const s
 int cmd_generate(const std::vector<std::string>& args) {
   install_stop_handlers();  // first: a signal during start-up must not kill the process
   GenerateOptions o;
+  std::string seed_text;  // parsed here: Boost reads "-3" into an unsigned as 2^64 - 3
   po::options_description desc("options");
   desc.add_options()
       ("weights", po::value(&o.weights_path)->required(), "the ditbatch .h5 (ditbatch convert / make-tiny)")
@@ -181,7 +183,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("cfg", po::value(&o.defaults.cfg)->default_value(4.0), "true CFG scale (1 turns CFG off)")
       ("negative-prompt", po::value(&o.defaults.negative_prompt)->default_value(" "),
        "negative prompt (\"\" turns CFG off)")
-      ("seed", po::value(&o.defaults.seed)->default_value(0), "base seed: image i uses seed + i unless it has its own")
+      ("seed", po::value(&seed_text)->default_value("0"), "base seed: image i uses seed + i unless it has its own")
       ("max-sequence-length", po::value(&o.max_sequence_length)->default_value(kDefaultMaxSequenceLength),
        "prompt tokens kept (1..1024)")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
@@ -217,6 +219,14 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.run.on_signal = o.on_signal == "abandon" ? OnSignal::Abandon : OnSignal::Finish;
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
+  const auto [seed_end, seed_error] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), o.defaults.seed);
+  if (seed_error != std::errc() || seed_end != seed_text.data() + seed_text.size())
+    fail_input("--seed {}: expected an integer from 0 to 18446744073709551615", seed_text);
+  // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
+  if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
+  if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);
+  if (o.array_index < -1) fail_input("--array-index {} must be at least 0", o.array_index);
+  if (o.array_count == 0 || o.array_count < -1) fail_input("--array-count {} must be at least 1", o.array_count);
 
   World world(nullptr, nullptr);
   std::string log_file;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -39,6 +40,20 @@ int64_t resolve_side(int64_t value, const char* what, const std::string& origin,
   return value;
 }
 
+int64_t check_steps(int64_t steps, const std::string& origin) {
+  if (steps < 2 || steps > 1000)
+    fail_input("{}: steps {} is out of range (2..1000; one step makes diffusers' shift_terminal schedule divide 0 "
+               "by 0)",
+               origin, steps);
+  return steps;
+}
+
+double check_cfg(double cfg, const std::string& origin) {
+  if (!(cfg >= 1.0) || !std::isfinite(cfg) || cfg > 100.0)
+    fail_input("{}: cfg {} is out of range (1..100; 1 turns true CFG off)", origin, cfg);
+  return cfg;
+}
+
 bool valid_file_name(const std::string& name) {
   if (name.empty() || name.size() > 200 || name == "." || name == ".." || name[0] == '.') return false;
   for (char c : name)
@@ -50,6 +65,12 @@ bool valid_file_name(const std::string& name) {
 
 std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& d,
                                    const Log& log) {
+  // The command line's values are checked (and floored) once, under their option's name:
+  // one warning, not one per prompt line that did not set them.
+  const int64_t width = resolve_side(d.width, "width", "--width", log);
+  const int64_t height = resolve_side(d.height, "height", "--height", log);
+  const int64_t steps = check_steps(d.steps, "--steps");
+  const double cfg = check_cfg(d.cfg, "--cfg");
   std::vector<ImageJob> jobs;
   std::map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -59,18 +80,14 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     j.origin = e.origin;
     j.prompt = e.prompt;
     j.negative_prompt = e.negative_prompt.value_or(d.negative_prompt);
+    if (!e.seed && d.seed > std::numeric_limits<uint64_t>::max() - i)
+      fail_input("{}: --seed {} + index {} is past the largest seed (2^64 - 1); give a smaller --seed", e.origin, d.seed,
+                 i);
     j.seed = e.seed ? *e.seed : d.seed + static_cast<uint64_t>(i);
-    j.width = resolve_side(e.width.value_or(d.width), "width", e.origin, log);
-    j.height = resolve_side(e.height.value_or(d.height), "height", e.origin, log);
-    j.steps = e.steps.value_or(d.steps);
-    if (j.steps < 2 || j.steps > 1000)
-      fail_input("{}: steps {} is out of range (2..1000; one step makes diffusers' shift_terminal schedule divide 0 "
-                 "by 0)",
-                 e.origin, j.steps);
-    const double cfg = e.cfg.value_or(d.cfg);
-    if (!(cfg >= 1.0) || !std::isfinite(cfg) || cfg > 100.0)
-      fail_input("{}: cfg {} is out of range (1..100; 1 turns true CFG off)", e.origin, cfg);
-    j.cfg = static_cast<float>(cfg);
+    j.width = e.width ? resolve_side(*e.width, "width", e.origin, log) : width;
+    j.height = e.height ? resolve_side(*e.height, "height", e.origin, log) : height;
+    j.steps = e.steps ? check_steps(*e.steps, e.origin) : steps;
+    j.cfg = static_cast<float>(e.cfg ? check_cfg(*e.cfg, e.origin) : cfg);
     j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
     if (e.name) {
       std::string name = *e.name;

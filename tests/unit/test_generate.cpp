@@ -305,6 +305,15 @@ TEST(Generate, BadInputIsReportedBeforeAnyWork) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("width 0 is out of range"), std::string::npos) << r.output;
 
+  // Boost alone reads "-3" into the unsigned seed as 2^64 - 3.
+  r = test::run(generate_cmd(dir / "stray", "--prompt x --seed -3"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--seed -3: expected an integer from 0 to 18446744073709551615"), std::string::npos)
+      << r.output;
+  r = test::run(generate_cmd(dir / "stray", "--prompt x --array-index -2"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--array-index -2 must be at least 0"), std::string::npos) << r.output;
+
   // An unquoted prompt: Boost alone would make an image of "a" and drop the rest.
   r = test::run(generate_cmd(dir / "stray", "--prompt a red fox"));
   EXPECT_EQ(r.status, 2);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "io/prompt_file.h"
@@ -128,6 +129,30 @@ TEST(PromptFile, EveryMalformedCaseNamesFileLineAndField) {
   check(std::string("{\"prompt\": \"\xc0\xaf\"}\n"), "bad.jsonl:1: not valid UTF-8");
   check(std::string("{\"prompt\": \"\xf5\x80\x80\x80\"}\n"), "bad.jsonl:1: not valid UTF-8");
   EXPECT_NE(test::input_error_of([] { parse_prompt_text("x", "prompts.csv"); }).find("unknown prompt file type"), std::string::npos);
+}
+
+// A value from the command line is checked once under its option's name, not blamed on the
+// first prompt line that did not set it; a line's own value still names the line.
+TEST(PromptFile, CommandLineValuesAreCheckedUnderTheirOptionsName) {
+  auto error = [](GenerationDefaults d) { return test::input_error_of([&] { jobs_of("a\nb\n", "p.txt", d); }); };
+  GenerationDefaults d;
+  d.steps = 1;
+  EXPECT_NE(error(d).find("--steps: steps 1 is out of range"), std::string::npos) << error(d);
+  d = {};
+  d.cfg = 0.5;
+  EXPECT_NE(error(d).find("--cfg: cfg 0.5 is out of range"), std::string::npos) << error(d);
+  d = {};
+  d.width = 8;
+  EXPECT_NE(error(d).find("--width: width 8 is out of range"), std::string::npos) << error(d);
+  // seed + index past 2^64 - 1 would wrap to seed 0: image 1 here
+  d = {};
+  d.seed = std::numeric_limits<uint64_t>::max();
+  EXPECT_NE(error(d).find("p.txt:2: --seed 18446744073709551615 + index 1 is past the largest seed"), std::string::npos)
+      << error(d);
+  d.seed = std::numeric_limits<uint64_t>::max() - 1;
+  EXPECT_EQ(jobs_of("a\nb\n", "p.txt", d)[1].seed, std::numeric_limits<uint64_t>::max());
+  // A line's own seed is its own: no wrap to check.
+  EXPECT_EQ(jobs_of("{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"seed\": 3}\n", "p.jsonl", d)[1].seed, 3u);
 }
 
 TEST(PromptFile, Slugs) {
