@@ -274,7 +274,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
       remaining +=
-          o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], checksum, manifest);
+          o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], checksum,
+                                                o.run.write_latents, manifest);
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {

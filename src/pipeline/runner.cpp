@@ -116,9 +116,15 @@ bool png_is_whole(const std::string& out_dir, const nlohmann::json& record) {
 }  // namespace
 
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
-                       const std::map<int64_t, nlohmann::json>& manifest) {
+                       bool with_latents, const std::map<int64_t, nlohmann::json>& manifest) {
   const nlohmann::json* record = listed_ok(job, manifest);
-  return record && changed_settings(job, model_checksum, *record).empty() && png_is_whole(out_dir, *record);
+  if (!record || !changed_settings(job, model_checksum, *record).empty() || !png_is_whole(out_dir, *record))
+    return false;
+  if (!with_latents) return true;
+  // --output-type latent: the latents file is part of the image (listed since it was written).
+  const std::string latents = out_dir + "/" + record->value("latents_file", "");
+  return record->contains("latents_file") && file_exists(latents) &&
+         sha256_file(latents) == record->value("latents_sha256", "");
 }
 
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
@@ -212,7 +218,8 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
   auto done_already = [&](const ImageJob& job) {
-    return !opt.overwrite && image_is_complete(opt.out_dir, job, provenance.model_checksum, previous);
+    return !opt.overwrite &&
+           image_is_complete(opt.out_dir, job, provenance.model_checksum, opt.write_latents, previous);
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.
@@ -300,8 +307,12 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       try {
         const std::string bytes = write_png_atomic(png_path(opt.out_dir, job), image.rgb.data(), job.width,
                                                    job.height, png_metadata(job, provenance));
-        if (opt.write_latents)
-          write_latents_file(opt.out_dir + "/" + job.file_stem + ".latents.h5", job, image.latents);
+        if (opt.write_latents) {
+          const std::string latents = job.file_stem + ".latents.h5";
+          write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
+          record["latents_file"] = latents;
+          record["latents_sha256"] = sha256_file(opt.out_dir + "/" + latents);
+        }
         record["sha256"] = sha256_hex(bytes);
       } catch (const std::exception& e) {
         image.ok = false;

@@ -72,10 +72,10 @@ struct OutputProvenance {
 
 // The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
 // the same file, records the settings this job asks for (changed_settings is empty) and the
-// sha256 of the file on disk.
+// sha256 of the file on disk; `with_latents` (--output-type latent): its latents file too.
 std::string png_path(const std::string& out_dir, const ImageJob& job);
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
-                       const std::map<int64_t, nlohmann::json>& manifest);
+                       bool with_latents, const std::map<int64_t, nlohmann::json>& manifest);
 
 // What the image of a manifest line was made with that `job` would make differently, one item
 // per setting: "steps 20, now 50". Empty when every setting that decides the pixels agrees

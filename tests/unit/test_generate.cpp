@@ -277,6 +277,23 @@ TEST(Generate, LatentOutputBesideThePng) {
   h5::File f = h5::File::open_read(dir / "out/000000-x.latents.h5");
   EXPECT_EQ(f.root().dataset_info("latents").shape, (Shape{1, 12, 64}));  // 48x64 px -> 3x4 tokens
   EXPECT_EQ(f.root().attr_int("seed"), 0);
+  const auto line = read_manifest(dir / "out").at(0);
+  EXPECT_EQ(line["latents_file"], "000000-x.latents.h5");
+  EXPECT_EQ(line["latents_sha256"], sha256_file(dir / "out/000000-x.latents.h5"));
+
+  // The latents are part of an --output-type latent image: a rerun makes a lost file again,
+  // and a folder made as PNGs only gets its latents when asked for them.
+  const std::string bytes = test::read_text(dir / "out/000000-x.latents.h5");
+  fs::remove(dir / "out/000000-x.latents.h5");
+  auto again = test::run(generate_cmd(dir / "out", "--prompt x --output-type latent"));
+  EXPECT_NE(again.output.find("1 done, 0 skipped"), std::string::npos) << again.output;
+  EXPECT_EQ(test::read_text(dir / "out/000000-x.latents.h5"), bytes);
+  ASSERT_EQ(test::run(generate_cmd(dir / "png", "--prompt x")).status, 0);
+  auto latents = test::run(generate_cmd(dir / "png", "--prompt x --output-type latent"));
+  EXPECT_NE(latents.output.find("1 done, 0 skipped"), std::string::npos) << latents.output;
+  EXPECT_EQ(test::read_text(dir / "png/000000-x.latents.h5"), bytes);
+  auto same = test::run(generate_cmd(dir / "png", "--prompt x --output-type latent"));
+  EXPECT_NE(same.output.find("0 done, 1 skipped"), std::string::npos) << same.output;
 }
 
 TEST(Generate, BadInputIsReportedBeforeAnyWork) {
