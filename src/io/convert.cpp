@@ -43,11 +43,21 @@ DType target_dtype(const std::string& option, DType stored) {
 
 }  // namespace
 
+void check_output_file(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p))
+    fail_input("{}: is a folder; name the file to write in it, e.g. {}", path, (p / "qwen-image.h5").string());
+  const fs::path dir = p.parent_path();
+  if (!dir.empty() && !fs::is_directory(dir))
+    fail_input("{}: the folder {} does not exist", path, dir.string());
+}
+
 ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   Stopwatch watch;
   const fs::path root(opt.from);
   if (!fs::is_directory(root)) fail_input("{}: not a directory (expected a diffusers pipeline folder)", opt.from);
   target_dtype(opt.dtype, DType::F32);  // validates the option before any work
+  check_output_file(opt.to);
 
   // ---- validate everything first: nothing is written for a folder that cannot convert ----
   nlohmann::json index = parse_json_file((root / "model_index.json").string());
@@ -97,6 +107,9 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
 
   // ---- stream ----
   ConvertStats stats;
+  for (const std::string& orphan : remove_orphaned_temp_files(opt.to))
+    log.info("removed {} (left by an interrupted conversion)", orphan);
+  if (file_exists(opt.to)) log.info("{} exists: it is replaced when the conversion completes", opt.to);
   WeightWriter writer(opt.to);
   std::string model_name = opt.model_name;
   if (model_name.empty()) model_name = index.value("_name_or_path", "");

@@ -23,6 +23,9 @@ struct ConvertStats {
 // streams tensor by tensor into a temporary file renamed to `to` at the end.
 ConvertStats convert_diffusers(const ConvertOptions& options, const Log& log);
 
+// A weight file to write: not a folder, in a folder that exists (checked before any work).
+void check_output_file(const std::string& path);
+
 // True for text-encoder tensors a text-only pipeline never reads (vision tower, LM head).
 bool is_unused_text_encoder_tensor(const std::string& name);
 

@@ -163,7 +163,9 @@ std::string WeightStore::root_string(const std::string& attr, const std::string&
 // ---- WeightWriter --------------------------------------------------------------------------
 
 WeightWriter::WeightWriter(const std::string& final_path)
-    : final_path_(final_path), tmp_path_(temp_path_for(final_path)) {
+    : final_path_(final_path),
+      tmp_path_(temp_path_for(final_path)),
+      remove_on_signal_(std::make_unique<RemoveOnSignal>(tmp_path_)) {
   file_ = std::make_unique<h5::File>(h5::File::create(tmp_path_));
   root_ = file_->root();
   root_.set_attr("format_version", kWeightFormatVersion);

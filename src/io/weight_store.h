@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/remove_on_signal.h"
 #include "core/sha256.h"
 #include "io/config.h"
 #include "io/h5.h"
@@ -75,7 +76,8 @@ class WeightStore {
 };
 
 // Writes a weight file: temp name, per-component checksums, fsync + rename at finish().
-// Destroyed without finish(): the temp file is removed, nothing is left half-written.
+// Destroyed without finish(), or the process ended by SIGINT / SIGTERM / SIGHUP: the temp file
+// is removed, nothing is left half-written.
 class WeightWriter {
  public:
   explicit WeightWriter(const std::string& final_path);
@@ -95,6 +97,7 @@ class WeightWriter {
 
  private:
   std::string final_path_, tmp_path_;
+  std::unique_ptr<RemoveOnSignal> remove_on_signal_;
   std::unique_ptr<h5::File> file_;
   h5::Group root_;
   std::optional<h5::Group> current_;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/convert.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_constants.h"
 #include "model/random_weights.h"
@@ -82,6 +83,7 @@ void make_tiny_pipeline(const TinyPipelineOptions& opt, const Log& log) {
   const VaeConfig vae = VaeConfig::from(Config::parse(vae_config(), "make-tiny vae"));
   const TextEncoderConfig te = TextEncoderConfig::from(Config::parse(text_encoder_config(), "make-tiny text_encoder"));
 
+  check_output_file(opt.out);
   WeightWriter writer(opt.out);
   writer.set_root_attr("model_name", fmt::format("ditbatch-tiny-qwen-image-seed{}", opt.seed));
   writer.set_root_attr("source", "ditbatch make-tiny");

@@ -121,6 +121,20 @@ TEST(Convert, BadInputFailsBeforeWritingAnything) {
   r = test::run(test::exe() + " convert --from " + (dir / "pipe"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--to"), std::string::npos) << r.output;
+
+  // An output that cannot be written is refused before the conversion, not at its end.
+  write_pipeline(dir / "pipe");
+  std::filesystem::create_directories(dir / "a-folder");
+  r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "a-folder"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("a-folder: is a folder; name the file to write in it"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("converting"), std::string::npos) << r.output;
+  r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "missing/out.h5"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("the folder " + (dir / "missing") + " does not exist"), std::string::npos) << r.output;
+  r = test::run(test::exe() + " make-tiny --out " + (dir / "a-folder"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("is a folder"), std::string::npos) << r.output;
 }
 
 TEST(MakeTiny, DeterministicPerSeed) {

@@ -1,9 +1,16 @@
 // The HDF5 layer and the weight store: round trips of every dtype, attributes, clear errors.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "io/weight_store.h"
 #include "test_util.h"
 
@@ -184,4 +191,57 @@ TEST(WeightStore, UnfinishedWriterLeavesNothing) {
   }  // destroyed without finish(), as after an exception
   EXPECT_FALSE(std::filesystem::exists(tmp));
   EXPECT_FALSE(std::filesystem::exists(dir / "w.h5"));
+}
+
+// Ctrl-C, scancel or a closed terminal during a conversion: the temporary file (57 GB for the
+// real model) goes with the process, which still dies of the signal (the status its caller
+// expects). In a child process, so the signal ends only it.
+TEST(WeightStore, AWriterEndedBySignalLeavesNothing) {
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    TempDir dir;
+    const std::string tmp = temp_path_for(dir / "w.h5");
+    pid_t pid = fork();
+    if (pid == 0) {
+      WeightWriter w(dir / "w.h5");
+      w.begin_component("transformer", "{}");
+      std::vector<float> data(1 << 16, 1.0f);
+      w.add_tensor("x", {1 << 16}, DType::F32, data.data());
+      raise(signal_number);
+      _exit(0);  // not reached
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "signal " << signal_number << ": exited with " << WEXITSTATUS(status);
+    EXPECT_EQ(WTERMSIG(status), signal_number);
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "signal " << signal_number << " left " << tmp;
+  }
+  // The handlers are the process's own again once the writer is gone.
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+}
+
+// Temporary files of dead writers are swept; a live writer's (by pid here, or recently
+// written: perhaps a writer on another host) never.
+TEST(WeightStore, OrphanedTempFilesOfDeadWritersAreRemoved) {
+  TempDir dir;
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);  // a pid no process has now
+  const auto old = std::filesystem::file_time_type::clock::now() - std::chrono::hours(1);
+  auto make = [&](const std::string& name, bool stale) {
+    test::write_text(dir / name, "partial");
+    if (stale) std::filesystem::last_write_time(dir / name, old);
+  };
+  make(fmt::format(".w.h5.tmp.{}", dead), true);              // removed
+  make(fmt::format(".w.h5.tmp.{}", getpid()), true);          // alive: kept
+  make(fmt::format(".w.h5.tmp.{}", dead + 100000000), false);  // recent: kept
+  make(fmt::format(".other.h5.tmp.{}", dead), true);          // another file's: kept
+  make(".w.h5.tmp.notapid", true);                           // not ours: kept
+  const auto removed = remove_orphaned_temp_files(dir / "w.h5");
+  EXPECT_EQ(removed, (std::vector<std::string>{dir / fmt::format(".w.h5.tmp.{}", dead)}));
+  EXPECT_FALSE(std::filesystem::exists(dir / fmt::format(".w.h5.tmp.{}", dead)));
+  size_t left = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++left;
+  EXPECT_EQ(left, 4u);
 }
