@@ -1,6 +1,8 @@
 #include "io/convert.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -9,6 +11,9 @@
 #include "io/safetensors.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_constants.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;
@@ -32,6 +37,43 @@ struct ModelComponent {
   std::string name, config_path, config_json;
   SafetensorsSet tensors;
 };
+
+// Every tensor the models will read from a component, by name and shape, against the folder:
+// a missing or misshapen tensor (another model, a truncated download, a wrong variant) fails
+// here, in seconds, not after the conversion or when `generate` loads the file.
+void check_model_tensors(const ModelComponent& m, const std::string& folder) {
+  const Config config = Config::parse(m.config_json, m.config_path);
+  std::map<std::string, const SafetensorsSet::Item*> by_name;
+  for (const auto& item : m.tensors.items()) by_name[item.entry->name] = &item;
+  std::vector<WeightSpec> specs;
+  if (m.name == "transformer") {
+    specs = QwenImageTransformer::weight_specs(TransformerConfig::from(config));
+  } else if (m.name == "vae") {
+    specs = VaeDecoder::weight_specs(VaeConfig::from(config));
+  } else {
+    const std::string prefix = QwenTextEncoder::tensor_prefix(
+        [&](const std::string& name) { return by_name.count(name) > 0; }, folder + "/" + m.name);
+    specs = QwenTextEncoder::weight_specs(TextEncoderConfig::from(config), prefix);
+  }
+  std::vector<std::string> missing;
+  for (const WeightSpec& spec : specs) {
+    const auto it = by_name.find(spec.name);
+    if (it == by_name.end()) {
+      missing.push_back(spec.name);
+      continue;
+    }
+    const SafetensorsEntry& e = *it->second->entry;
+    if (e.shape != spec.shape)
+      fail_input("{}: tensor '{}' has shape {}, but {}/config.json makes the model expect {}{}{}",
+                 it->second->file->path(), spec.name, shape_str(e.shape), m.name, shape_str(spec.shape),
+                 spec.why.empty() ? "" : " from ", spec.why);
+  }
+  if (!missing.empty())
+    fail_input("{}/{}: {} of the {} tensors the model reads are missing: {}{} (is this a complete Qwen-Image {}?)",
+               folder, m.name, missing.size(), specs.size(),
+               fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ", "),
+               missing.size() > 5 ? fmt::format(" and {} more", missing.size() - 5) : "", m.name);
+}
 
 DType target_dtype(const std::string& option, DType stored) {
   if (option == "keep") return stored;
@@ -79,6 +121,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
         fail_input("{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", item.file->path(),
                    item.entry->name, dtype_name(t));
     }
+    check_model_tensors(m, opt.from);
     models.push_back(std::move(m));
   }
   const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();

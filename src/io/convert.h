@@ -19,8 +19,9 @@ struct ConvertStats {
   double bytes_read = 0, bytes_written = 0, seconds = 0;
 };
 
-// Validates the whole folder (configs, every safetensors header) before writing anything, then
-// streams tensor by tensor into a temporary file renamed to `to` at the end.
+// Validates the whole folder (configs, every safetensors header, every tensor the models read
+// by name and shape) before writing anything, then streams tensor by tensor into a temporary
+// file renamed to `to` at the end.
 ConvertStats convert_diffusers(const ConvertOptions& options, const Log& log);
 
 // A weight file to write: not a folder, in a folder that exists (checked before any work).

@@ -58,11 +58,16 @@ void QwenTextEncoder::bind(WeightBinder& b, Backend* be, const TextEncoderConfig
   w.norm = bind_vector(b, be, "norm.weight", H, WeightInit::Gain, why);
 }
 
-std::string QwenTextEncoder::tensor_prefix(const Component& comp) {
+std::string QwenTextEncoder::tensor_prefix(const std::function<bool(const std::string&)>& has_tensor,
+                                           const std::string& where) {
   for (const char* prefix : {"model.language_model.", "model.", "language_model.model.", ""})
-    if (comp.has_tensor(std::string(prefix) + "embed_tokens.weight")) return prefix;
+    if (has_tensor(std::string(prefix) + "embed_tokens.weight")) return prefix;
   fail_input("{}: no embed_tokens.weight under model. or model.language_model. (is this a Qwen2.5-VL text encoder?)",
-             comp.where());
+             where);
+}
+
+std::string QwenTextEncoder::tensor_prefix(const Component& comp) {
+  return tensor_prefix([&](const std::string& name) { return comp.has_tensor(name); }, comp.where());
 }
 
 QwenTextEncoder::QwenTextEncoder(Backend& backend, const Component& component)

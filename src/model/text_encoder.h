@@ -38,6 +38,8 @@ class QwenTextEncoder {
   // The state-dict prefix in front of embed_tokens / layers / norm in this component:
   // "model." (legacy checkpoints) or "model.language_model." (transformers >= 4.52 names).
   static std::string tensor_prefix(const Component& component);
+  // The same for any set of names (`has_tensor`): the converter's safetensors; `where` for the error.
+  static std::string tensor_prefix(const std::function<bool(const std::string&)>& has_tensor, const std::string& where);
   const TextEncoderConfig& config() const { return config_; }
 
   // Called with (k, hidden) for k = 0 (the embeddings) and after each layer k = 1..num_layers.

@@ -1,9 +1,14 @@
-// `ditbatch convert` on synthetic diffusers folders written here (sharded and unsharded), then
-// `inspect`; and `make-tiny`, which must be deterministic.
+// `ditbatch convert` on the tiny pipeline diffusers saved, laid out as the real one ships
+// (sharded, mixed dtypes), then `inspect`; its checks before any work; and `make-tiny`, which
+// must be deterministic.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <map>
 
+#include "io/convert.h"
+#include "io/safetensors.h"
 #include "io/weight_store.h"
 #include "test_util.h"
 
@@ -12,41 +17,87 @@ using test::TempDir;
 
 namespace {
 
+namespace fs = std::filesystem;
+
 std::string bf16_bytes(const std::vector<float>& v) {
   std::vector<uint16_t> h(v.size());
   convert_from_f32(v.data(), h.data(), DType::BF16, v.size());
   return std::string(reinterpret_cast<const char*>(h.data()), h.size() * 2);
 }
 
-// A diffusers-layout folder with small tensors under the real names (not a loadable model:
-// convert copies tensors, it does not interpret them).
+// A safetensors file's tensors as f32 values by name.
+std::map<std::string, std::vector<float>> read_safetensors(const std::string& path) {
+  auto file = SafetensorsFile::open(path);
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& e : file->entries()) {
+    std::vector<float> v(static_cast<size_t>(shape_numel(e.shape)));
+    convert_to_f32(file->data(e), e.dtype, v.data(), v.size());
+    out[e.name] = std::move(v);
+  }
+  return out;
+}
+
+std::vector<float> values(const Tensor& t) {
+  const Tensor f = t.to_f32();
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+std::string dtype_tag(DType t) { return t == DType::BF16 ? "BF16" : t == DType::F16 ? "F16" : "F32"; }
+
+std::string stored_bytes(const std::vector<float>& v, DType t) {
+  if (t == DType::F32) return test::f32_bytes(v);
+  std::string b(v.size() * 2, '\0');
+  convert_from_f32(v.data(), b.data(), t, v.size());
+  return b;
+}
+
+// Writes the tensors of `file` (a safetensors file) again, each through `edit`, which may
+// rename it, change its dtype or shape, or drop it (empty name).
+void rewrite_safetensors(const std::string& path,
+                         const std::function<void(std::string& name, DType& dtype, Shape& shape)>& edit) {
+  auto file = SafetensorsFile::open(path);
+  std::vector<test::StTensor> tensors;
+  for (const auto& e : file->entries()) {
+    std::string name = e.name;
+    DType dtype = e.dtype;
+    Shape shape = e.shape;
+    edit(name, dtype, shape);
+    if (name.empty()) continue;
+    std::vector<float> v(static_cast<size_t>(shape_numel(e.shape)));
+    convert_to_f32(file->data(e), e.dtype, v.data(), v.size());
+    v.resize(static_cast<size_t>(shape_numel(shape)), 0.5f);
+    tensors.push_back({name, dtype_tag(dtype), shape, stored_bytes(v, dtype)});
+  }
+  file.reset();
+  test::write_text(path, test::safetensors_bytes(tensors));
+}
+
+// The tiny pipeline diffusers saved (tests/data/golden/tiny-pipeline), laid out as the real
+// model ships: the text encoder in bf16, in two shards with an index (its vision tower and LM
+// head included), and one VAE tensor in f16.
 void write_pipeline(const std::string& root) {
-  test::write_text(root + "/model_index.json",
-                   R"({"_class_name": "QwenImagePipeline", "_diffusers_version": "0.42.1", "_name_or_path": "test/qwen-mini"})");
-  test::write_text(root + "/transformer/config.json", R"({"_class_name": "QwenImageTransformer2DModel", "num_layers": 1})");
-  test::write_text(root + "/transformer/diffusion_pytorch_model.safetensors",
-                   test::safetensors_bytes({{"img_in.weight", "F32", {4, 2}, test::f32_bytes(test::random_floats(8, 1))},
-                                            {"img_in.bias", "F32", {4}, test::f32_bytes(test::random_floats(4, 2))}}));
-  // The text encoder is sharded and carries tensors a text-only pipeline skips.
-  test::write_text(root + "/text_encoder/config.json", R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"]})");
-  test::write_text(root + "/text_encoder/model-00001-of-00002.safetensors",
-                   test::safetensors_bytes({{"model.embed_tokens.weight", "BF16", {5, 2}, bf16_bytes(test::random_floats(10, 3))},
-                                            {"visual.blocks.0.attn.qkv.weight", "BF16", {2, 2}, bf16_bytes(test::random_floats(4, 4))}}));
-  test::write_text(root + "/text_encoder/model-00002-of-00002.safetensors",
-                   test::safetensors_bytes({{"model.norm.weight", "BF16", {2}, bf16_bytes({1.0f, 2.0f})},
-                                            {"lm_head.weight", "BF16", {5, 2}, bf16_bytes(test::random_floats(10, 5))}}));
-  test::write_text(root + "/text_encoder/model.safetensors.index.json",
-                   R"({"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
-                       "visual.blocks.0.attn.qkv.weight": "model-00001-of-00002.safetensors",
-                       "model.norm.weight": "model-00002-of-00002.safetensors",
-                       "lm_head.weight": "model-00002-of-00002.safetensors"}})");
-  test::write_text(root + "/vae/config.json", R"({"_class_name": "AutoencoderKLQwenImage", "z_dim": 16, "latents_std": [1.5, 2.5]})");
-  test::write_text(root + "/vae/diffusion_pytorch_model.safetensors",
-                   test::safetensors_bytes({{"decoder.conv_in.bias", "F16", {3}, std::string("\x00\x3c\x00\xc0\x00\x38", 6)}}));
-  test::write_text(root + "/tokenizer/vocab.json", R"({"a": 0})");
-  test::write_text(root + "/tokenizer/merges.txt", "#version: 0.2\n");
-  test::write_text(root + "/tokenizer/tokenizer_config.json", R"({"tokenizer_class": "Qwen2Tokenizer"})");
-  test::write_text(root + "/scheduler/scheduler_config.json", R"({"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 1.0})");
+  fs::remove_all(root);
+  fs::copy(test::golden("tiny-pipeline"), root, fs::copy_options::recursive);
+  const std::string te = root + "/text_encoder";
+  auto source = SafetensorsFile::open(te + "/model.safetensors");
+  std::vector<test::StTensor> shards[2];
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (const auto& e : source->entries()) {
+    std::vector<float> v(static_cast<size_t>(shape_numel(e.shape)));
+    convert_to_f32(source->data(e), e.dtype, v.data(), v.size());
+    const int shard = e.name < "model.language_model.layers.1" ? 0 : 1;
+    shards[shard].push_back({e.name, "BF16", e.shape, bf16_bytes(v)});
+    weight_map[e.name] = fmt::format("model-0000{}-of-00002.safetensors", shard + 1);
+  }
+  source.reset();
+  fs::remove(te + "/model.safetensors");
+  for (int i = 0; i < 2; ++i)
+    test::write_text(te + fmt::format("/model-0000{}-of-00002.safetensors", i + 1), test::safetensors_bytes(shards[i]));
+  test::write_text(te + "/model.safetensors.index.json",
+                   nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump());
+  rewrite_safetensors(root + "/vae/diffusion_pytorch_model.safetensors", [](std::string& name, DType& dtype, Shape&) {
+    if (name == "decoder.conv_in.bias") dtype = DType::F16;
+  });
 }
 
 }  // namespace
@@ -54,36 +105,52 @@ void write_pipeline(const std::string& root) {
 TEST(Convert, DiffusersFolderToH5ThenInspect) {
   TempDir dir;
   write_pipeline(dir / "pipe");
+  auto te_source = read_safetensors(dir / "pipe/text_encoder/model-00001-of-00002.safetensors");
+  te_source.merge(read_safetensors(dir / "pipe/text_encoder/model-00002-of-00002.safetensors"));
+  const auto dit_source = read_safetensors(dir / "pipe/transformer/diffusion_pytorch_model.safetensors");
+  const auto vae_source = read_safetensors(dir / "pipe/vae/diffusion_pytorch_model.safetensors");
+  std::vector<std::string> te_kept;
+  int64_t unused = 0;
+  for (const auto& [name, values] : te_source) {
+    if (is_unused_text_encoder_tensor(name)) ++unused;
+    else te_kept.push_back(name);
+  }
+  ASSERT_GT(unused, 0) << "the diffusers folder should carry the vision tower";
+  const int64_t converted = static_cast<int64_t>(te_kept.size() + dit_source.size() + vae_source.size());
+
   auto r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "out.h5"));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("5/5 tensors"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("2 skipped"), std::string::npos) << r.output;  // visual.* and lm_head
+  EXPECT_NE(r.output.find(fmt::format("{0}/{0} tensors", converted)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("{} skipped", unused)), std::string::npos) << r.output;
 
   WeightStore s = WeightStore::open(dir / "out.h5");
-  EXPECT_EQ(s.model_name(), "test/qwen-mini");
+  EXPECT_EQ(s.model_name(), "pipe");  // no _name_or_path in model_index.json: the folder's name
   EXPECT_EQ(s.components(), (std::vector<std::string>{"scheduler", "text_encoder", "tokenizer", "transformer", "vae"}));
   Component te = s.component("text_encoder");
-  EXPECT_EQ(te.tensor_names(), (std::vector<std::string>{"model.embed_tokens.weight", "model.norm.weight"}));
-  EXPECT_EQ(te.tensor_info("model.embed_tokens.weight").dtype, DType::BF16);  // --dtype keep
-  Tensor norm = te.tensor("model.norm.weight").to_f32();
-  EXPECT_EQ(norm.data<float>()[1], 2.0f);
-  Tensor w = s.component("transformer").tensor("img_in.weight");
-  std::vector<float> expected = test::random_floats(8, 1);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(w.data<float>()[i], expected[static_cast<size_t>(i)]);
-  Tensor f16 = s.component("vae").tensor("decoder.conv_in.bias").to_f32();
-  EXPECT_EQ(f16.data<float>()[0], 1.0f);
-  EXPECT_EQ(f16.data<float>()[1], -2.0f);
-  EXPECT_EQ(f16.data<float>()[2], 0.5f);
-  EXPECT_EQ(s.component("vae").config().get_doubles("latents_std"), (std::vector<double>{1.5, 2.5}));
-  EXPECT_EQ(s.component("tokenizer").file_bytes("vocab.json"), R"({"a": 0})");
-  EXPECT_EQ(s.component("scheduler").config().get_double("shift"), 1.0);
+  EXPECT_EQ(te.tensor_names(), te_kept);
+  // --dtype keep: every tensor as stored, value for value
+  for (const std::string& name : {te_kept.front(), te_kept.back()}) {
+    EXPECT_EQ(te.tensor_info(name).dtype, DType::BF16) << name;
+    EXPECT_EQ(values(te.tensor(name)), te_source.at(name)) << name;
+  }
+  EXPECT_EQ(s.component("transformer").tensor_info("img_in.weight").dtype, DType::F32);
+  EXPECT_EQ(values(s.component("transformer").tensor("img_in.weight")), dit_source.at("img_in.weight"));
+  Component vae = s.component("vae");
+  EXPECT_EQ(vae.tensor_info("decoder.conv_in.bias").dtype, DType::F16);
+  EXPECT_EQ(values(vae.tensor("decoder.conv_in.bias")), vae_source.at("decoder.conv_in.bias"));
+  EXPECT_EQ(vae.config().get_doubles("latents_std").size(), 16u);
+  EXPECT_EQ(s.component("tokenizer").file_bytes("merges.txt"), test::read_text(dir / "pipe/tokenizer/merges.txt"));
+  EXPECT_EQ(s.component("scheduler").config().get_string("_class_name"), "FlowMatchEulerDiscreteScheduler");
   EXPECT_EQ(s.root_int("prompt_template_encode_start_idx"), 34);
 
   auto inspect = test::run(test::exe() + " inspect " + (dir / "out.h5") + " --tensors");
   ASSERT_EQ(inspect.status, 0) << inspect.output;
-  for (const char* needle : {"model_name: test/qwen-mini", "[text_encoder]", "tensors: 2, parameters: 12",
-                             "model.embed_tokens.weight bf16[5, 2]", "img_in.weight f32[4, 2]", "file merges.txt",
-                             "total parameters: 27", "GPU memory for generate"})
+  const Shape img_in = s.component("transformer").tensor_info("img_in.weight").shape;
+  for (const std::string& needle :
+       {std::string("model_name: pipe"), std::string("[text_encoder]"),
+        fmt::format("tensors: {}", te_kept.size()), fmt::format("{} bf16{}", te_kept.front(), shape_str(te.tensor_info(te_kept.front()).shape)),
+        fmt::format("img_in.weight f32{}", shape_str(img_in)), std::string("file merges.txt"),
+        std::string("GPU memory for generate")})
     EXPECT_NE(inspect.output.find(needle), std::string::npos) << needle << "\n" << inspect.output;
 }
 
@@ -95,10 +162,65 @@ TEST(Convert, DtypeBf16RoundsEveryTensor) {
   WeightStore s = WeightStore::open(dir / "bf16.h5");
   Component t = s.component("transformer");
   EXPECT_EQ(t.tensor_info("img_in.weight").dtype, DType::BF16);
-  Tensor w = t.tensor("img_in.weight").to_f32();
-  std::vector<float> original = test::random_floats(8, 1);
-  for (int i = 0; i < 8; ++i)
-    EXPECT_EQ(w.data<float>()[i], bf16_to_f32(f32_to_bf16(original[static_cast<size_t>(i)])));
+  const std::vector<float> w = values(t.tensor("img_in.weight"));
+  const auto original = read_safetensors(dir / "pipe/transformer/diffusion_pytorch_model.safetensors").at("img_in.weight");
+  ASSERT_EQ(w.size(), original.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i], bf16_to_f32(f32_to_bf16(original[i]))) << i;
+  EXPECT_EQ(s.component("vae").tensor_info("decoder.conv_in.bias").dtype, DType::BF16);  // from f16
+}
+
+// A tensor the models read that is missing or has another shape than the config implies (a
+// truncated download, another model's folder) fails in seconds, before anything is written,
+// not after converting 57 GB or when generate loads the file.
+TEST(Convert, EveryTensorTheModelsReadIsCheckedFirst) {
+  TempDir dir;
+  auto convert = [&](const std::string& pipe) {
+    return test::run(test::exe() + " convert --from " + (dir / pipe) + " --to " + (dir / "out.h5"));
+  };
+  auto nothing_written = [&] {
+    for (const auto& e : fs::directory_iterator(dir.path()))
+      if (e.path().filename().string().find("out.h5") != std::string::npos) return false;
+    return true;
+  };
+  write_pipeline(dir / "missing");
+  rewrite_safetensors(dir / "missing/vae/diffusion_pytorch_model.safetensors", [](std::string& name, DType&, Shape&) {
+    if (name == "decoder.conv_in.bias" || name == "decoder.up_blocks.0.resnets.0.conv1.weight") name.clear();
+  });
+  auto r = convert("missing");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("missing/vae: 2 of the"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensors the model reads are missing: decoder.conv_in.bias, "
+                          "decoder.up_blocks.0.resnets.0.conv1.weight"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(nothing_written());
+
+  write_pipeline(dir / "shape");
+  rewrite_safetensors(dir / "shape/transformer/diffusion_pytorch_model.safetensors", [](std::string& name, DType&, Shape& shape) {
+    if (name == "img_in.weight") shape[0] += 1;
+  });
+  r = convert("shape");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("tensor 'img_in.weight' has shape"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("but transformer/config.json makes the model expect"), std::string::npos) << r.output;
+  EXPECT_TRUE(nothing_written());
+
+  // A text encoder under names the loader does not know (another architecture).
+  write_pipeline(dir / "names");
+  for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"})
+    rewrite_safetensors(dir / ("names/text_encoder/" + std::string(shard)), [](std::string& name, DType&, Shape&) {
+      if (name.find("embed_tokens") != std::string::npos) name = "transformer.wte.weight";
+    });
+  nlohmann::json index = nlohmann::json::parse(test::read_text(dir / "names/text_encoder/model.safetensors.index.json"));
+  nlohmann::json renamed = nlohmann::json::object();
+  for (auto& [name, shard] : index["weight_map"].items())
+    renamed[name.find("embed_tokens") != std::string::npos ? "transformer.wte.weight" : name] = shard;
+  index["weight_map"] = renamed;
+  test::write_text(dir / "names/text_encoder/model.safetensors.index.json", index.dump());
+  r = convert("names");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("names/text_encoder: no embed_tokens.weight"), std::string::npos) << r.output;
+  EXPECT_TRUE(nothing_written());
 }
 
 TEST(Convert, BadInputFailsBeforeWritingAnything) {
