@@ -17,6 +17,7 @@
 #include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
+#include "model/qwen_image_constants.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/runner.h"
@@ -68,7 +69,8 @@ std::string validate_input(const GenerateOptions& o, const Log& log) {
   ArraySlice::resolve(o.array_index, o.array_count);
   check_output_dir(o.run.out_dir);
   const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
-  if (!o.run.overwrite) check_previous_images(o.run.out_dir, jobs, weights.checksum());
+  if (!o.run.overwrite)
+    check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents});
   return jobs_to_json(jobs);
 }
 
@@ -223,6 +225,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (seed_error != std::errc() || seed_end != seed_text.data() + seed_text.size())
     fail_input("--seed {}: expected an integer from 0 to 18446744073709551615", seed_text);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
+  if (o.max_sequence_length < 1 || o.max_sequence_length > kQwenImageTokenizerMaxLength)
+    fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", o.max_sequence_length,
+               kQwenImageTokenizerMaxLength);
   if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
   if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);
   if (o.array_index < -1) fail_input("--array-index {} must be at least 0", o.array_index);
@@ -270,12 +275,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     remove_stale_temp_files(o.run.out_dir, log);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
-    const std::string checksum = WeightStore::open(o.weights_path).checksum();
+    const ResumeKey key{WeightStore::open(o.weights_path).checksum(), o.max_sequence_length, o.run.write_latents};
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
-      remaining +=
-          o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], checksum,
-                                                o.run.write_latents, manifest);
+      remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {

@@ -23,8 +23,9 @@
 namespace ditbatch {
 
 struct PromptEmbedding {
-  Tensor embeds;       // [L, joint_attention_dim] on the backend: the kept encoder rows
-  int64_t tokens = 0;  // L
+  Tensor embeds;          // [L, joint_attention_dim] on the backend: the kept encoder rows
+  int64_t tokens = 0;     // L
+  int64_t available = 0;  // the prompt's encoder rows before the max_sequence_length cut (>= L)
 };
 
 struct StageTimes {
@@ -66,6 +67,7 @@ class QwenImagePipeline {
                           const StepCallback& on_step, StageTimes& times);
 
   const SchedulerConfig& scheduler_config() const { return scheduler_; }
+  int64_t max_sequence_length() const { return max_sequence_length_; }
   Backend& backend() { return be_; }
 
  private:

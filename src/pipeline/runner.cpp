@@ -62,13 +62,13 @@ void write_latents_file(const std::string& path, const ImageJob& job, const Tens
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
-  return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe()};
+  return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe(),
+          pipeline.max_sequence_length()};
 }
 
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
 
-std::vector<std::string> changed_settings(const ImageJob& job, const std::string& model_checksum,
-                                          const nlohmann::json& record) {
+std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record) {
   const nlohmann::json now = job_record(job);
   std::vector<std::string> changes;
   auto shown = [](const nlohmann::json& v) {
@@ -89,9 +89,21 @@ std::vector<std::string> changed_settings(const ImageJob& job, const std::string
                                     shown(now[key])));
   }
   const std::string made_with = record.value("model_checksum", "");
-  if (made_with != model_checksum)
+  if (made_with != key.model_checksum)
     changes.push_back(fmt::format("model checksum {}, now {}", made_with.empty() ? "not recorded" : made_with.substr(0, 12),
-                                  model_checksum.substr(0, 12)));
+                                  key.model_checksum.substr(0, 12)));
+  // The token limit matters only to a prompt longer than it: the encoder rows kept are
+  // min(limit, the prompt's rows), recorded with the image.
+  const int64_t limit_then = record.value("max_sequence_length", int64_t{0});
+  if (limit_then > 0 && limit_then != key.max_sequence_length)
+    for (const char* tokens_key : {"prompt_tokens", "negative_prompt_tokens"}) {
+      const int64_t tokens = record.value(tokens_key, int64_t{0});
+      if (std::min(tokens, limit_then) != std::min(tokens, key.max_sequence_length)) {
+        changes.push_back(fmt::format("max_sequence_length {}, now {} ({} of {} tokens)", limit_then,
+                                      key.max_sequence_length, tokens_key, tokens));
+        break;
+      }
+    }
   return changes;
 }
 
@@ -115,20 +127,18 @@ bool png_is_whole(const std::string& out_dir, const nlohmann::json& record) {
 
 }  // namespace
 
-bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
-                       bool with_latents, const std::map<int64_t, nlohmann::json>& manifest) {
+bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
+                       const std::map<int64_t, nlohmann::json>& manifest) {
   const nlohmann::json* record = listed_ok(job, manifest);
-  if (!record || !changed_settings(job, model_checksum, *record).empty() || !png_is_whole(out_dir, *record))
-    return false;
-  if (!with_latents) return true;
+  if (!record || !changed_settings(job, key, *record).empty() || !png_is_whole(out_dir, *record)) return false;
+  if (!key.with_latents) return true;
   // --output-type latent: the latents file is part of the image (listed since it was written).
   const std::string latents = out_dir + "/" + record->value("latents_file", "");
   return record->contains("latents_file") && file_exists(latents) &&
          sha256_file(latents) == record->value("latents_sha256", "");
 }
 
-void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
-                           const std::string& model_checksum) {
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
   const auto manifest = read_manifest(out_dir);
   std::vector<std::string> found;
   int64_t count = 0;
@@ -138,7 +148,7 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
     const nlohmann::json& record = it->second;
     // Settings first (no read), then only a PNG that is still there and whole matters. Another
     // file at this index (a changed prompt list) counts too: the manifest would drop its line.
-    auto changes = changed_settings(job, model_checksum, record);
+    auto changes = changed_settings(job, key, record);
     const std::string file = record.value("file", "");
     if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
     if (changes.empty() || !png_is_whole(out_dir, record)) continue;
@@ -168,6 +178,7 @@ PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
           {"scheduler", p.scheduler},
           {"model", p.model_name},
           {"model_checksum", p.model_checksum},
+          {"max_sequence_length", std::to_string(p.max_sequence_length)},
           {"software", build_version()}};
 }
 
@@ -184,7 +195,10 @@ class EmbeddingCache {
     Stopwatch watch;
     StageTimes ignored;
     for (const auto& t : texts)
-      if (!host_.count(t)) host_[t] = pipeline_.backend().to_host_f32(pipeline_.encode_prompt(t, &ignored).embeds);
+      if (!host_.count(t)) {
+        PromptEmbedding e = pipeline_.encode_prompt(t, &ignored);
+        host_[t] = {pipeline_.backend().to_host_f32(e.embeds), e.available};
+      }
     log.info("encoded {} prompts in {:.1f} s; releasing the text encoder", host_.size(), watch.seconds());
     pipeline_.release_text_encoder();
   }
@@ -193,8 +207,9 @@ class EmbeddingCache {
     if (auto it = reused_.find(text); it != reused_.end()) return it->second;
     PromptEmbedding e;
     if (auto it = host_.find(text); it != host_.end()) {
-      e.embeds = pipeline_.backend().upload(it->second, DType::F32);
-      e.tokens = it->second.dim(0);
+      e.embeds = pipeline_.backend().upload(it->second.first, DType::F32);
+      e.tokens = it->second.first.dim(0);
+      e.available = it->second.second;
     } else {
       e = pipeline_.encode_prompt(text, &times);
     }
@@ -204,7 +219,7 @@ class EmbeddingCache {
 
  private:
   QwenImagePipeline& pipeline_;
-  std::map<std::string, Tensor> host_;
+  std::map<std::string, std::pair<Tensor, int64_t>> host_;  // embeds on the host, rows before the cut
   std::map<std::string, PromptEmbedding> reused_;
 };
 
@@ -217,9 +232,9 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   RunSummary summary;
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
+  const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents};
   auto done_already = [&](const ImageJob& job) {
-    return !opt.overwrite &&
-           image_is_complete(opt.out_dir, job, provenance.model_checksum, opt.write_latents, previous);
+    return !opt.overwrite && image_is_complete(opt.out_dir, job, key, previous);
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.
@@ -273,6 +288,14 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       PromptEmbedding prompt = embeddings.get(job.prompt, false, times);
       std::optional<PromptEmbedding> negative;
       if (job.true_cfg) negative = embeddings.get(job.negative_prompt, true, times);
+      // What decides which encoder rows the image saw: on resume, a changed limit matters
+      // only to a prompt longer than it.
+      record["max_sequence_length"] = provenance.max_sequence_length;
+      record["prompt_tokens"] = prompt.available;
+      if (negative) record["negative_prompt_tokens"] = negative->available;
+      if (prompt.available > prompt.tokens)
+        log.warn("image {} ({}): the prompt has {} tokens; the first {} are used (--max-sequence-length)", job.index,
+                 job.origin, prompt.available, prompt.tokens);
       image = pipeline.generate(job, prompt, negative ? &*negative : nullptr,
                                 [&](int done, int total) {
                                   progress.step(done, total);

@@ -67,28 +67,36 @@ struct RunSummary {
 // What every PNG and manifest line says about the model and the build.
 struct OutputProvenance {
   std::string model_name, model_checksum, scheduler;
+  int64_t max_sequence_length = 0;
   static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
+};
+
+// What, besides a job's own settings, an image must have been made with to count as this
+// run's: the weights, the prompt token limit, and (--output-type latent) its latents file.
+struct ResumeKey {
+  std::string model_checksum;
+  int64_t max_sequence_length = 0;
+  bool with_latents = false;
 };
 
 // The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
 // the same file, records the settings this job asks for (changed_settings is empty) and the
-// sha256 of the file on disk; `with_latents` (--output-type latent): its latents file too.
+// sha256 of the file on disk, and of its latents file when the key asks for one.
 std::string png_path(const std::string& out_dir, const ImageJob& job);
-bool image_is_complete(const std::string& out_dir, const ImageJob& job, const std::string& model_checksum,
-                       bool with_latents, const std::map<int64_t, nlohmann::json>& manifest);
+bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
+                       const std::map<int64_t, nlohmann::json>& manifest);
 
 // What the image of a manifest line was made with that `job` would make differently, one item
 // per setting: "steps 20, now 50". Empty when every setting that decides the pixels agrees
-// (prompt, negative prompt, seed, size, steps, cfg, the model's checksum).
-std::vector<std::string> changed_settings(const ImageJob& job, const std::string& model_checksum,
-                                          const nlohmann::json& record);
+// (prompt, negative prompt, seed, size, steps, cfg, the model's checksum, and the token limit
+// where a recorded prompt is longer than either limit).
+std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record);
 
 // Before any weight is read: a folder whose complete images were made with other settings
 // than `jobs` ask for, or are other files at the same index (another prompt list), would have
 // them skipped as done (the folder would not hold what the run asked for) or replaced or
 // dropped from the manifest. Throws InputError naming them; --overwrite skips this.
-void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
-                           const std::string& model_checksum);
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key);
 
 RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
                           const RunOptions& options, const OutputProvenance& provenance, Progress& progress,

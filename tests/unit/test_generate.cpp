@@ -185,6 +185,39 @@ TEST(Generate, RerunWithOtherSettingsIsRefusedAndLeavesTheFolderAlone) {
   EXPECT_NE(again.output.find("0 done, 2 skipped"), std::string::npos) << again.output;
 }
 
+// --max-sequence-length decides the image only for a prompt longer than it: the manifest
+// records each prompt's encoder rows, so a rerun with another limit is refused exactly when
+// some image would change. "a cat" is 2 tokens + the template's 5 after the dropped 34
+// (<|im_end|> \n <|im_start|> assistant \n); the negative " " is 1 + 5.
+TEST(Generate, TheTokenLimitCountsWhereAPromptIsLongerThanIt) {
+  TempDir dir;
+  ASSERT_EQ(test::run(generate_cmd(dir / "out", "--prompt 'a cat'")).status, 0);
+  const auto line = read_manifest(dir / "out").at(0);
+  EXPECT_EQ(line["prompt_tokens"], 7);
+  EXPECT_EQ(line["negative_prompt_tokens"], 6);
+  EXPECT_EQ(line["max_sequence_length"], 512);
+  EXPECT_EQ(text_of(read_png(dir / "out/000000-a-cat.png"))["max_sequence_length"], "512");
+
+  auto same = test::run(generate_cmd(dir / "out", "--prompt 'a cat' --max-sequence-length 7"));
+  EXPECT_EQ(same.status, 0) << same.output;
+  EXPECT_NE(same.output.find("0 done, 1 skipped"), std::string::npos) << same.output;
+  auto cut = test::run(generate_cmd(dir / "out", "--prompt 'a cat' --max-sequence-length 6"));
+  EXPECT_EQ(cut.status, 2) << cut.output;
+  EXPECT_NE(cut.output.find("(max_sequence_length 512, now 6 (prompt_tokens of 7 tokens))"), std::string::npos)
+      << cut.output;
+
+  auto short_limit = test::run(generate_cmd(dir / "cut", "--prompt 'a cat' --max-sequence-length 4"));
+  EXPECT_EQ(short_limit.status, 0) << short_limit.output;
+  EXPECT_NE(short_limit.output.find("the prompt has 7 tokens; the first 4 are used"), std::string::npos)
+      << short_limit.output;
+  EXPECT_NE(read_manifest(dir / "cut").at(0)["sha256"], line["sha256"]);
+
+  auto bad = test::run(generate_cmd(dir / "bad", "--prompt x --max-sequence-length 2000"));
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--max-sequence-length 2000: must be 1..1024"), std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find("loaded"), std::string::npos) << "refused before loading: " << bad.output;
+}
+
 TEST(Generate, KilledRunLeavesNoPartialPngAndResumes) {
   TempDir dir;
   std::string prompts;
