@@ -426,8 +426,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options("bench", "dit|vae|text [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
                      "Times one model on random inputs: ms per call (mean and min over --steps after --warmup),\n"
-                     "GFLOP/s from an explicit FLOP count, peak RSS and the threads used. Prints a table and\n"
-                     "one line 'BENCH_JSON {...}' for scripts. A benchmark: its figures depend on the machine.",
+                     "GFLOP/s from an explicit FLOP count (dit, text; vae: time only), peak RSS and the threads\n"
+                     "used. Prints a table and one line 'BENCH_JSON {...}' for scripts. A benchmark: its figures\n"
+                     "depend on the machine.",
                      desc, &positional, args, vm))
     return 0;
   if (what != "dit" && what != "vae" && what != "text")

@@ -42,13 +42,17 @@ void check_output_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail_input("--out {}: cannot create the folder: {}", dir, ec.message());
-  const std::string probe = temp_path_for(dir + "/.ditbatch-write-probe");
+  // The way a PNG is written (temporary name, fsync, rename), under a name of its own.
+  const std::string probe = dir + "/.ditbatch-write-probe";
   try {
     write_file_atomic(probe, "probe");
   } catch (const Error& e) {
     fail_input("--out {}: the folder is not writable ({})", dir, e.what());
   }
   std::filesystem::remove(probe, ec);
+  const std::filesystem::path manifest = std::filesystem::path(dir) / "manifest.jsonl";
+  if (std::filesystem::exists(manifest, ec) && !std::filesystem::is_regular_file(manifest, ec))
+    fail_input("--out {}: {} is not a file (the run keeps its list of images there)", dir, manifest.string());
 }
 
 // Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON.

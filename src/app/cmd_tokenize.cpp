@@ -59,8 +59,12 @@ std::string parse_prompt_line(const std::string& line, int64_t line_number) {
     fail_input("stdin line {}: not a JSON string (write each prompt as \"...\" on its own line): {}", line_number,
                e.what());
   }
+  // A .jsonl prompt file's lines too: their "prompt" is what generate tokenizes.
+  if (value.is_object() && value.contains("prompt") && value["prompt"].is_string())
+    return value["prompt"].get<std::string>();
   if (!value.is_string())
-    fail_input("stdin line {}: found a JSON {}, expected a string (write each prompt as \"...\" on its own line)",
+    fail_input("stdin line {}: found a JSON {}, expected a string or an object with a \"prompt\" string (write each "
+               "prompt as \"...\" on its own line)",
                line_number, value.type_name());
   return value.get<std::string>();
 }
@@ -80,8 +84,8 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   // clang-format on
   po::variables_map vm;
   if (!parse_options("tokenize", "--tokenizer PATH [--template] [--drop] < prompts.jsonl",
-                     "Reads JSON strings, one per line, on stdin and prints the token ids of each as a JSON array,\n"
-                     "one per line. With --template each text is first wrapped in the Qwen-Image template (from the\n"
+                     "Reads JSON strings (or a .jsonl prompt file's objects: their \"prompt\"), one per line, on\n"
+                     "stdin and prints the token ids of each as a JSON array, one per line (blank lines skipped). With --template each text is first wrapped in the Qwen-Image template (from the\n"
                      ".h5's root attributes, or the built-in one for a folder) and tokenized whole, cut to 1024 +\n"
                      "drop ids; --drop then removes the first drop (34) ids: the ids whose encoder rows become\n"
                      "prompt_embeds (before the max_sequence_length cut).",
@@ -100,6 +104,7 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   StdinLines lines;
   std::string line, output;
   while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank, as in a prompt file
     try {
       const std::string text = parse_prompt_line(line, lines.number());
       output.clear();

@@ -42,6 +42,12 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
     fail_input("unexpected argument '{}': each option takes one word, so quote a value with spaces (see ditbatch {} "
                "--help)",
                stray, command);
+  } catch (const po::required_option& e) {
+    // A positional argument is required under its option's name: say what to write instead.
+    const std::string name = e.get_option_name();
+    if (positional && positional->max_total_count() > 0 && name == "--" + positional->name_for_position(0))
+      fail_input("missing the {} argument (usage: ditbatch {} {})", name.substr(2), command, synopsis);
+    fail_input("{} (see ditbatch {} --help)", e.what(), command);
   } catch (const po::error& e) {
     fail_input("{} (see ditbatch {} --help)", e.what(), command);
   }

@@ -372,6 +372,14 @@ TEST(Generate, BadInputIsReportedBeforeAnyWork) {
   r = test::run(fmt::format("{} inspect {} {}", test::exe(), test::tiny_model(), "second.h5"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("unexpected argument 'second.h5'"), std::string::npos) << r.output;
+  r = test::run(test::exe() + " inspect");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("missing the file argument (usage: ditbatch inspect FILE.h5"), std::string::npos) << r.output;
+
+  fs::create_directories(dir / "odd/manifest.jsonl");
+  r = test::run(generate_cmd(dir / "odd", "--prompt x"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("manifest.jsonl is not a file"), std::string::npos) << r.output;
 }
 
 TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {

@@ -552,6 +552,19 @@ TEST(TokenizerCommand, TemplateFromTheWeightFile) {
   EXPECT_EQ(dropped.out, "[9707, 1879, 151645]\n");
 }
 
+// A .jsonl prompt file pipes straight in: its objects' "prompt", blank lines skipped as
+// generate skips them, so output line i is the prompt of image i.
+TEST(TokenizerCommand, ReadsAPromptFilesLines) {
+  TempDir dir;
+  const CliResult r = run_ditbatch("tokenize --tokenizer '" + kRealTokenizerDir + "'",
+                                   "{\"prompt\": \"Hello world\", \"seed\": 3}\n\n  \n\"Hello world\"\n", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "[9707, 1879]\n[9707, 1879]\n");  // spec §4.8's ids
+  const CliResult no_prompt = run_ditbatch("tokenize --tokenizer '" + kRealTokenizerDir + "'", "{\"seed\": 3}\n", dir);
+  EXPECT_EQ(no_prompt.status, 2);
+  EXPECT_NE(no_prompt.err.find("an object with a \"prompt\" string"), std::string::npos) << no_prompt.err;
+}
+
 TEST(TokenizerCommand, BadInputLineIsExitStatus2) {
   TempDir dir;
   const std::string args = "tokenize --tokenizer '" + kTinyTokenizerDir + "'";
