@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "app/backends.h"
@@ -17,6 +18,7 @@
 #include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
+#include "io/slice_lock.h"
 #include "model/qwen_image_constants.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
@@ -275,6 +277,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
   int64_t remaining = 0;
+  std::optional<SliceLock> lock;  // rank 0's, for the whole run
+  std::string lock_error;
   if (world.rank() == 0) {
     remove_stale_temp_files(o.run.out_dir, log);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
@@ -283,6 +287,20 @@ int cmd_generate(const std::vector<std::string>& args) {
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
       remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
+    if (remaining > 0) {
+      try {
+        lock.emplace(o.run.out_dir, slice.index, slice.count);
+        if (!lock->held()) log.warn("{}: this file system has no locks; a second run of this job would not be noticed",
+                                    lock->path());
+      } catch (const InputError& e) {
+        lock_error = e.what();
+      }
+    }
+  }
+  lock_error = world.broadcast(lock_error, 0);
+  if (!lock_error.empty()) {
+    if (world.rank() == 0) throw InputError(lock_error);
+    return 2;
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {

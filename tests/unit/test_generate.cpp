@@ -461,6 +461,44 @@ TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
   FAIL() << "in 3 attempts the signal never landed inside an image's steps";
 }
 
+// The same job started twice (a double sbatch) would make every image twice: the second run
+// is refused while the first holds its slice, naming it; another slice of the job runs beside
+// it, and once the first run has ended (here: stopped by a signal) a rerun goes ahead.
+TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
+  TempDir dir;
+  std::string prompts;
+  for (int i = 0; i < 8; ++i) prompts += fmt::format(" --prompt 'r{}'", i);
+  auto job = [&](int slice) {
+    return fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 {} --array-index {} "
+                       "--array-count 2",
+                       test::exe(), test::tiny_model(), dir / "out", prompts, slice);
+  };
+  const std::string first_cmd = job(0) + " > " + (dir / "first.log") + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + first_cmd).c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 3000 && test::read_text(dir / "first.log").find("loaded") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto second = test::run(job(0));
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_NE(second.output.find(fmt::format("another ditbatch run (pid {} on ", pid)), std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("is making slice 0 of 2 in " + (dir / "out")), std::string::npos) << second.output;
+  auto other_slice = test::run(job(1));
+  EXPECT_EQ(other_slice.status, 0) << other_slice.output;
+  EXPECT_NE(other_slice.output.find("4 done, 0 skipped, 0 failed"), std::string::npos) << other_slice.output;
+  kill(pid, SIGUSR1);  // it may have finished meanwhile
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 75 || WEXITSTATUS(status) == 0))
+      << test::read_text(dir / "first.log");
+  auto after = test::run(job(0));
+  EXPECT_EQ(after.status, 0) << after.output;
+  EXPECT_EQ(pngs_in(dir / "out").size(), 8u);
+}
+
 TEST(Generate, OffloadingTheTextEncoderChangesNothingInTheImages) {
   TempDir dir;
   const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --negative-prompt 'blurry'";
