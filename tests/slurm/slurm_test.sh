@@ -246,9 +246,11 @@ case $case_name in
       [ -f "$blog" ] || fail "no batch log $blog"
       grep -q "ditbatch takes slice $k of 3" "$blog" || fail "$blog: no 'slice $k of 3'"
       tid=$(sed -n 's/.*\[batch \([0-9]*\)\].*/\1/p' "$blog" | head -n 1)
-      task_logs ditbatch-array "$tid" 1
-      grep -q "array slice $k of 3" "$work/logs/ditbatch-array_${tid}_0.log" || fail "task $k: ditbatch did not take slice $k"
-      done_k=$(summaries "$work/logs/ditbatch-array_${tid}_0.log" | sed -n 's/summary: \([0-9]*\) done, 0 skipped, 0 failed.*/\1/p')
+      # per-rank logs named like the task's batch log: %x_%A_%a_%t, not by the task's own job id
+      task_logs ditbatch-array "${jid}_$k" 1
+      tlog=$work/logs/ditbatch-array_${jid}_${k}_0.log
+      grep -q "array slice $k of 3" "$tlog" || fail "task $k: ditbatch did not take slice $k"
+      done_k=$(summaries "$tlog" | sed -n 's/summary: \([0-9]*\) done, 0 skipped, 0 failed.*/\1/p')
       [ -n "$done_k" ] || fail "task $k: no summary"
       note "array task $k (job $tid): $done_k images"
       total=$((total + done_k))
@@ -290,8 +292,8 @@ case $case_name in
     check_outputs "$work/out" $n "$work/ref"
     no_temp_files "$work/out"
     blog=$work/ditbatch_$jid.out
-    for pat in "got SIGUSR1" "ditbatch exited with status 75" "requeued job $jid (restart 1)" \
-               "requeued job $jid (restart 2)" "restart 2, settings" "done: every image is made"; do
+    for pat in "got SIGUSR1" "ditbatch exited with status 75" "requeued job $jid (was RUNNING; restart 1)" \
+               "requeued job $jid (was RUNNING; restart 2)" "restart 2, settings" "done: every image is made"; do
       grep -qF "$pat" "$blog" || fail "batch log: no '$pat'"
     done
     [ "$(grep -c 'ditbatch exited with status 75' "$blog")" = 2 ] || fail "expected two stops with status 75"
@@ -313,6 +315,47 @@ for done, skipped, failed in runs:
 assert made == n and 0 < runs[0][0] < n and 0 < runs[1][0], runs
 print(f"runs (done, skipped, failed): {runs}")
 PY
+    ;;
+
+  cancel)
+    # A plain `scancel JOBID` stops the job for good: the ranks get SIGTERM (and the batch
+    # shell's SIGUSR1), finish their image and exit 75, and the script, seeing the job
+    # CANCELLED, does not requeue it (Slurm would accept the requeue of a cancelled job).
+    n=40
+    job_inputs $n 96 "a quiet harbour at dawn, number"
+    start_cluster
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_pngs "$work/out" 4 "$jid"
+    scancel "$jid"
+    note "scancel $jid at $(count_pngs "$work/out") PNGs"
+    wait_job "$jid" 60
+    sleep 2  # a wrongly requeued job would be PENDING or RUNNING again by now
+    [ "$(job_field "$jid" JobState)" = CANCELLED ] || fail "job $jid: $(job_field "$jid" JobState), expected CANCELLED"
+    [ "$(job_field "$jid" Restarts)" = 0 ] || fail "job $jid was requeued after scancel"
+    grep -q "the job was cancelled (COMPLETING, reason None), so it is not requeued" "$work/ditbatch_$jid.out" ||
+      fail "batch log: $(tail -n 3 "$work/ditbatch_$jid.out")"
+    [ "$(count_pngs "$work/out")" -lt $n ] || fail "the job made every image before scancel: the test proves nothing"
+    no_temp_files "$work/out"
+    ;;
+
+  array-requeue)
+    # One array task stopped by its time-limit warning requeues itself only: by ARRAYID_TASK,
+    # since `scontrol requeue` of the task whose job id is the array's id requeues every task.
+    job_inputs 45 96 "a mountain village in autumn, number"
+    start_cluster
+    jid=$(submit --array=0-2 "$jobs/generate-array.sbatch")
+    wait_pngs "$work/out" 3 "${jid}_0"
+    scancel --signal=USR1 --batch "${jid}_2"
+    note "USR1 to the batch shell of task ${jid}_2 (job id $(job_field "${jid}_2" JobId)) at $(count_pngs "$work/out") PNGs"
+    for ((i = 0; i < 300; i++)); do [ "$(job_field "${jid}_2" Restarts)" = 1 ] && break; sleep 0.1; done
+    [ "$(job_field "${jid}_2" Restarts)" = 1 ] || fail "task 2 was not requeued after USR1"
+    wait_job "$jid" 180
+    for k in 0 1 2; do expect_state "${jid}_$k" COMPLETED 0; done
+    for k in 0 1; do
+      [ "$(job_field "${jid}_$k" Restarts)" = 0 ] || fail "task $k was requeued with task 2: $(job_field "${jid}_$k" Restarts)"
+    done
+    grep -qF "requeued job ${jid}_2 (was RUNNING; restart 1)" "$work/ditbatch-array_${jid}_2.out" || fail "task 2's batch log"
+    check_outputs "$work/out" 45 "$work/ref"
     ;;
 
   kill)
