@@ -373,15 +373,22 @@ int cmd_generate(const std::vector<std::string>& args) {
     merge_manifest(o.run.out_dir);
     print_summary(reports, wall.seconds(), o.weights_path, log);
   }
+  // collective, so on every rank
   const bool stopped = world.max(report.stopped) > 0;
-  const bool failed = world.sum(report.failed) > 0;
-  const int64_t finished = world.sum(report.done) + world.sum(report.skipped);  // collective: on every rank
-  if (stopped && world.rank() == 0) {
-    // Failed images are left too: a rerun tries them again.
-    const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
-    log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", hi - lo - finished);
+  const int64_t failed = world.sum(report.failed);
+  const int64_t attempted = world.sum(report.done) + world.sum(report.skipped) + failed;
+  const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+  // 75 asks the job script to requeue: only when images were left untried. A signal during
+  // the last image leaves nothing to resume (a failed image is retried by a rerun, but a
+  // requeue would most likely fail it again: exit 1 says so).
+  const int64_t untried = hi - lo - attempted;
+  if (stopped && untried > 0) {
+    if (world.rank() == 0)
+      log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", untried);
+    return kExitRequeue;
   }
-  return stopped ? kExitRequeue : failed ? 1 : 0;
+  if (stopped && world.rank() == 0) log.info("a signal came during the last image(s): nothing is left to make");
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace ditbatch

@@ -1,5 +1,6 @@
 #include "app/options.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "core/error.h"
@@ -11,13 +12,42 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
                    const std::vector<std::string>& args, po::variables_map& vm) {
   desc.add_options()("help,h", "show this help");
   try {
-    po::command_line_parser parser(args);
-    parser.options(desc);
-    // Without a positional description Boost drops stray words silently: `--prompt a red cat`
-    // would make an image of "a". An empty one makes every stray word an error.
-    const po::positional_options_description none;
-    parser.positional(positional ? *positional : none);
-    po::store(parser.run(), vm);
+    // A setting given twice takes its last value, as in most tools: the job scripts append
+    // DITBATCH_EXTRA_ARGS="--steps 30" to DITBATCH_ARGS that already say --steps 50. Boost
+    // refuses a second value of a single-valued option; drop the earlier ones and parse again
+    // (repeatable options, such as --prompt, never get here).
+    std::vector<std::string> words = args;
+    for (;;) {
+      try {
+        po::command_line_parser parser(words);
+        parser.options(desc);
+        // Without a positional description Boost drops stray words silently: `--prompt a red
+        // cat` would make an image of "a". An empty one makes every stray word an error.
+        const po::positional_options_description none;
+        parser.positional(positional ? *positional : none);
+        vm.clear();
+        po::store(parser.run(), vm);
+        break;
+      } catch (const po::multiple_occurrences& e) {
+        const std::string name = e.get_option_name();  // "--steps"
+        std::vector<size_t> at;  // where it occurs, and the word count of each occurrence
+        for (size_t i = 0; i < words.size(); ++i)
+          if (words[i] == name || words[i].rfind(name + "=", 0) == 0) at.push_back(i);
+        if (at.size() < 2) throw;
+        const auto* option = desc.find_nothrow(name.substr(2), false);
+        const bool takes_value = option && option->semantic()->max_tokens() > 0;
+        std::vector<std::string> kept;
+        for (size_t i = 0; i < words.size(); ++i) {
+          const bool earlier = std::find(at.begin(), at.end() - 1, i) != at.end() - 1;
+          if (!earlier) {
+            kept.push_back(words[i]);
+          } else if (words[i] == name && takes_value) {
+            ++i;  // and its value
+          }
+        }
+        words = std::move(kept);
+      }
+    }
     if (vm.count("help")) {
       std::cout << "usage: ditbatch " << command << " " << synopsis << "\n\n" << about << "\n\n" << desc << "\n";
       return false;

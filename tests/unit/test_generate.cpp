@@ -499,6 +499,48 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   EXPECT_EQ(pngs_in(dir / "out").size(), 8u);
 }
 
+// A signal during the last image leaves nothing to resume: exit 0, not 75 (which makes the
+// job script requeue a finished job).
+TEST(Generate, ASignalDuringTheLastImageEndsTheRunNormally) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    TempDir dir;
+    const std::string log_path = dir / "log.txt";
+    const std::string cmd = fmt::format(
+        "{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --prompt only > {} 2>&1",
+        test::exe(), test::tiny_model(), dir / "out", log_path);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 3000 && test::read_text(log_path).find("loaded") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into image 0's steps
+    kill(pid, SIGUSR1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string log = test::read_text(log_path);
+    if (log.find("received: finishing image 0") == std::string::npos) continue;  // landed before the image
+    ASSERT_TRUE(WIFEXITED(status)) << log;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+    EXPECT_NE(log.find("1 done, 0 skipped, 0 failed"), std::string::npos) << log;
+    EXPECT_NE(log.find("nothing is left to make"), std::string::npos) << log;
+    return;
+  }
+  FAIL() << "in 3 attempts the signal never landed inside the image's steps";
+}
+
+// A setting given twice takes its last value (the job scripts append DITBATCH_EXTRA_ARGS to
+// DITBATCH_ARGS); a switch given twice is that switch.
+TEST(Generate, TheLastValueOfARepeatedOptionWins) {
+  TempDir dir;
+  auto r = test::run(generate_cmd(dir / "out", "--prompt x --steps 3 --seed=1 --seed 2 --overwrite --overwrite"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto t = text_of(read_png(dir / "out/000000-x.png"));
+  EXPECT_EQ(t["steps"], "3");  // generate_cmd says --steps 4 first
+  EXPECT_EQ(t["seed"], "2");
+}
+
 TEST(Generate, OffloadingTheTextEncoderChangesNothingInTheImages) {
   TempDir dir;
   const std::string prompts = "--prompt 'a lighthouse' --prompt 'a forest' --negative-prompt 'blurry'";
