@@ -18,7 +18,7 @@
 #include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
-#include "io/slice_lock.h"
+#include "io/image_range_lock.h"
 #include "model/qwen_image_constants.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
@@ -277,7 +277,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
   int64_t remaining = 0;
-  std::optional<SliceLock> lock;  // rank 0's, for the whole run
+  std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
   std::string lock_error;
   if (world.rank() == 0) {
     remove_stale_temp_files(o.run.out_dir, log);
@@ -289,7 +289,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
     if (remaining > 0) {
       try {
-        lock.emplace(o.run.out_dir, slice.index, slice.count);
+        lock.emplace(o.run.out_dir, lo, hi);
         if (!lock->held()) log.warn("{}: this file system has no locks; a second run of this job would not be noticed",
                                     lock->path());
       } catch (const InputError& e) {

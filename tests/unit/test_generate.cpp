@@ -462,15 +462,18 @@ TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
 }
 
 // The same job started twice (a double sbatch) would make every image twice: the second run
-// is refused while the first holds its slice, naming it; another slice of the job runs beside
-// it, and once the first run has ended (here: stopped by a signal) a rerun goes ahead.
+// is refused while the first holds its images, naming it, and so is a run whose images overlap
+// (the job without slices); another slice of the job runs beside it, and once the first run
+// has ended (here: stopped by a signal, or done) a rerun goes ahead.
 TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   TempDir dir;
   std::string prompts;
   for (int i = 0; i < 8; ++i) prompts += fmt::format(" --prompt 'r{}'", i);
   auto job = [&](int slice) {
+    // One thread each: two runs at once must not fight over the cores (OpenMP's spinning
+    // barriers make that tens of times slower).
     return fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 {} --array-index {} "
-                       "--array-count 2",
+                       "--array-count 2 --threads 1",
                        test::exe(), test::tiny_model(), dir / "out", prompts, slice);
   };
   const std::string first_cmd = job(0) + " > " + (dir / "first.log") + " 2>&1";
@@ -485,7 +488,16 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   EXPECT_EQ(second.status, 2) << second.output;
   EXPECT_NE(second.output.find(fmt::format("another ditbatch run (pid {} on ", pid)), std::string::npos)
       << second.output;
-  EXPECT_NE(second.output.find("is making slice 0 of 2 in " + (dir / "out")), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find(") is making images 0..3 in " + (dir / "out") + ", of the images 0..3 this run"),
+            std::string::npos)
+      << second.output;
+  // The whole job without slices overlaps the running slice too.
+  auto whole = test::run(fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 {}",
+                                     test::exe(), test::tiny_model(), dir / "out", prompts));
+  EXPECT_EQ(whole.status, 2) << whole.output;
+  EXPECT_NE(whole.output.find("is making images 0..3 in " + (dir / "out") + ", of the images 0..7 this run"),
+            std::string::npos)
+      << whole.output;
   auto other_slice = test::run(job(1));
   EXPECT_EQ(other_slice.status, 0) << other_slice.output;
   EXPECT_NE(other_slice.output.find("4 done, 0 skipped, 0 failed"), std::string::npos) << other_slice.output;
