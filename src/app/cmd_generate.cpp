@@ -18,6 +18,7 @@
 #include "dist/world.h"
 #include "io/manifest.h"
 #include "io/prompt_file.h"
+#include "io/h5.h"
 #include "io/image_range_lock.h"
 #include "model/qwen_image_constants.h"
 #include "pipeline/memory_plan.h"
@@ -344,7 +345,7 @@ int cmd_generate(const std::vector<std::string>& args) {
                static_cast<double>(memory->free_bytes) / double(1 << 30));
     }
     auto reader = std::make_shared<NodeWeightReader>(world);
-    const int64_t read_before = bytes_read_by_process();
+    const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
     QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
     // This rank's share: known for static shards, an even share for dynamic ones.
     const auto planned = work->planned();
@@ -358,7 +359,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     report.failed = summary.failed;
     report.stopped = summary.stopped_by_signal;
     report.seconds = summary.seconds;
-    report.weight_bytes = bytes_read_by_process() - read_before;
+    report.weight_bytes = h5::dataset_bytes_read() - read_before;
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;  // one process: the usual error line and exit status
     log.error("fatal: {}", e.what());

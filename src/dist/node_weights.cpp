@@ -1,7 +1,6 @@
 #include "dist/node_weights.h"
 
 #include <cstring>
-#include <fstream>
 
 #include "core/error.h"
 
@@ -81,15 +80,6 @@ std::map<std::string, std::string> NodeWeightReader::files(const Component& comp
   error = world_.node_broadcast(error);
   if (!error.empty()) fail_input("{}", error);
   return unpack_files(world_.node_broadcast(packed));
-}
-
-int64_t bytes_read_by_process() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  int64_t value = 0;
-  while (io >> key >> value)
-    if (key == "rchar:") return value;
-  return -1;
 }
 
 }  // namespace ditbatch

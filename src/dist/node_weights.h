@@ -18,8 +18,4 @@ class NodeWeightReader final : public WeightReader {
   const World& world_;
 };
 
-// Bytes this process has read through read()/pread() so far (/proc/self/io rchar): the
-// weights-once-per-node accounting.
-int64_t bytes_read_by_process();
-
 }  // namespace ditbatch

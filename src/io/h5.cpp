@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -408,12 +409,19 @@ DatasetInfo Group::dataset_info(const std::string& name) const {
   return DatasetInfo{Shape(dims.begin(), dims.end()), detect_dtype(type.id(), where(name))};
 }
 
+namespace {
+std::atomic<int64_t> g_dataset_bytes_read{0};
+}  // namespace
+
+int64_t dataset_bytes_read() { return g_dataset_bytes_read; }
+
 void Group::read_dataset_raw(const std::string& name, void* dst) const {
   DatasetInfo info = dataset_info(name);
   if (shape_numel(info.shape) == 0) return;
   Handle d = open_dataset(*this, name);
   if (H5Dread(d.id(), file_type(info.dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
     fail_input("{}: cannot read dataset (truncated or corrupt file?): {}", where(name), last_error());
+  g_dataset_bytes_read += shape_numel(info.shape) * static_cast<int64_t>(dtype_size(info.dtype));
 }
 
 Tensor Group::read_tensor(const std::string& name) const {

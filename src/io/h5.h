@@ -40,6 +40,10 @@ struct DatasetInfo {
 };
 
 // A group (or the root group) of an open file. `where` is "file.h5:/transformer" for messages.
+// Bytes this process has read from datasets (tensors, files) of any HDF5 file: what a rank
+// read from the weight file, whatever else it read or received (MPI over TCP, sockets).
+int64_t dataset_bytes_read();
+
 class Group {
  public:
   Group() = default;
