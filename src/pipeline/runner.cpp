@@ -156,7 +156,8 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
   }
   if (count > 0)
     fail_input("--out {}: {} image(s) there were made with other settings than this run asks for: {}{}. Give "
-               "another --out, or --overwrite to make them again with these settings",
+               "another --out (in a job script: DITBATCH_OUT), or --overwrite to make them again with these settings "
+               "(not in a job that requeues: it would start over at each requeue)",
                out_dir, count, fmt::join(found, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
 }
 
