@@ -32,7 +32,12 @@ RemoveOnSignal::RemoveOnSignal(const std::string& path) {
   action.sa_handler = remove_and_die;
   sigemptyset(&action.sa_mask);
   for (int s : kSignals) sigaddset(&action.sa_mask, s);  // one cleanup, not three nested
-  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  for (int i = 0; i < 3; ++i) {
+    sigaction(kSignals[i], nullptr, &previous_[i]);
+    // An ignored signal stays ignored (nohup's SIGHUP, SIGINT of a background job): it would
+    // not have ended the process, so it must not now.
+    if (previous_[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &action, nullptr);
+  }
 }
 
 RemoveOnSignal::~RemoveOnSignal() {

@@ -215,10 +215,37 @@ TEST(WeightStore, AWriterEndedBySignalLeavesNothing) {
     EXPECT_EQ(WTERMSIG(status), signal_number);
     EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "signal " << signal_number << " left " << tmp;
   }
-  // The handlers are the process's own again once the writer is gone.
-  struct sigaction now {};
-  sigaction(SIGTERM, nullptr, &now);
-  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  // While a writer lives its handler is in place; once it is gone the process's own again.
+  {
+    TempDir dir;
+    struct sigaction during {};
+    {
+      WeightWriter w(dir / "w.h5");
+      sigaction(SIGTERM, nullptr, &during);
+    }
+    EXPECT_NE(during.sa_handler, SIG_DFL);
+    struct sigaction after {};
+    sigaction(SIGTERM, nullptr, &after);
+    EXPECT_EQ(after.sa_handler, SIG_DFL);
+  }
+  // A signal the process ignores (nohup's SIGHUP) stays ignored: the writer carries on.
+  TempDir dir;
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGHUP, SIG_IGN);
+    {
+      WeightWriter w(dir / "w.h5");
+      w.begin_component("transformer", "{}");
+      raise(SIGHUP);
+      w.end_component();
+      w.finish();
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(std::filesystem::exists(dir / "w.h5"));
 }
 
 // Temporary files of dead writers are swept; a live writer's (by pid here, or recently
