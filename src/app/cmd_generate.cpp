@@ -279,8 +279,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
   int64_t remaining = 0;
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
-  std::string lock_error;
-  if (world.rank() == 0) {
+  std::string start_error;             // any failure here: the other ranks wait in the broadcast
+  if (world.rank() == 0) try {
     remove_stale_temp_files(o.run.out_dir, log);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
@@ -289,19 +289,22 @@ int cmd_generate(const std::vector<std::string>& args) {
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
       remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
     if (remaining > 0) {
-      try {
-        lock.emplace(o.run.out_dir, lo, hi);
-        if (!lock->held()) log.warn("{}: this file system has no locks; a second run of this job would not be noticed",
-                                    lock->path());
-      } catch (const InputError& e) {
-        lock_error = e.what();
-      }
+      lock.emplace(o.run.out_dir, lo, hi);
+      if (!lock->held())
+        log.warn("{}: this file system has no locks; a second run of this job would not be noticed", lock->path());
     }
+  } catch (const std::exception& e) {
+    // The kind travels in the first byte: bad input (exit 2) or a failure (exit 1).
+    start_error = std::string(dynamic_cast<const InputError*>(&e) ? "2" : "1") + e.what();
   }
-  lock_error = world.broadcast(lock_error, 0);
-  if (!lock_error.empty()) {
-    if (world.rank() == 0) throw InputError(lock_error);
-    return 2;
+  start_error = world.broadcast(start_error, 0);
+  if (!start_error.empty()) {
+    const bool input = start_error[0] == '2';
+    if (world.rank() == 0) {
+      if (input) throw InputError(start_error.substr(1));
+      throw Error(start_error.substr(1));
+    }
+    return input ? 2 : 1;
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {

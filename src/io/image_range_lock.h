@@ -3,8 +3,11 @@
 // same images again, doubling the GPU time spent: the later run is refused, naming the
 // earlier. Rank 0 of a run locks the byte range [first, end) of DIR/.ditbatch-run.lock, its
 // images' indices (POSIX record locks: overlapping ranges conflict, other array slices do
-// not). The kernel releases the lock however the holder ends (kill -9, a requeue), so a rerun
-// never finds it stale.
+// not). The kernel releases the lock however the holder ends (kill -9, a requeue). Limits of
+// the file system carry over: where locks are local to a node (NFS mounted nolock, Lustre
+// localflock) two nodes do not see each other's; on NFSv3 a crashed node's lock stays until
+// it reboots (the refusal then names a process that is gone: remove nothing, wait or use
+// another --out).
 #pragma once
 
 #include <cstdint>
