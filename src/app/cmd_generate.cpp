@@ -81,22 +81,6 @@ std::string validate_input(const GenerateOptions& o, const Log& log) {
   return jobs_to_json(jobs);
 }
 
-// Temporary files of writers that died (kill -9 between write and rename): a live writer renames
-// its file within a second, so one older than ten minutes is garbage.
-void remove_stale_temp_files(const std::string& dir, const Log& log) {
-  namespace fs = std::filesystem;
-  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::minutes(10);
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos && e.is_regular_file(ec) &&
-        e.last_write_time(ec) < cutoff) {
-      fs::remove(e.path(), ec);
-      log.info("removed {} (left by a killed writer)", name);
-    }
-  }
-}
-
 std::string default_run_id() {
   const char* job = std::getenv("SLURM_JOB_ID");
   const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
@@ -281,7 +265,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
   std::string start_error;             // any failure here: the other ranks wait in the broadcast
   if (world.rank() == 0) try {
-    remove_stale_temp_files(o.run.out_dir, log);
+    for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
+      log.info("removed {} (left by a killed writer)", orphan);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
     const ResumeKey key{WeightStore::open(o.weights_path).checksum(), o.max_sequence_length, o.run.write_latents};

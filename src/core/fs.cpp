@@ -24,19 +24,21 @@ std::string temp_path_for(const std::string& final_path) {
   return (dir.empty() ? fs::path(name) : dir / name).string();
 }
 
-std::vector<std::string> remove_orphaned_temp_files(const std::string& final_path) {
-  const fs::path p(final_path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string prefix = "." + p.filename().string() + ".tmp.";
+std::vector<std::string> remove_orphaned_temp_files(const std::string& dir, const std::string& final_name) {
+  const std::string prefix = "." + final_name;  // "." alone: any file's
   const auto cutoff = fs::file_time_type::clock::now() - std::chrono::minutes(10);
   std::vector<std::string> removed;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  for (const auto& e : fs::directory_iterator(dir.empty() ? "." : dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (!name.starts_with(prefix) || !e.is_regular_file(ec)) continue;
-    const std::string pid_text = name.substr(prefix.size());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stoll(pid_text));
+    const size_t tmp = name.rfind(".tmp.");
+    if (!name.starts_with(prefix) || tmp == std::string::npos || tmp == 0 ||
+        (!final_name.empty() && tmp != prefix.size()) || !e.is_regular_file(ec))
+      continue;
+    const std::string pid_text = name.substr(tmp + 5);
+    if (pid_text.empty() || pid_text.size() > 9 || pid_text.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
     const bool alive = ::kill(pid, 0) == 0 || errno == EPERM;
     if (alive || pid == ::getpid() || e.last_write_time(ec) >= cutoff) continue;
     if (fs::remove(e.path(), ec)) removed.push_back(e.path().string());

@@ -150,7 +150,8 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
 
   // ---- stream ----
   ConvertStats stats;
-  for (const std::string& orphan : remove_orphaned_temp_files(opt.to))
+  for (const std::string& orphan :
+       remove_orphaned_temp_files(fs::path(opt.to).parent_path().string(), fs::path(opt.to).filename().string()))
     log.info("removed {} (left by an interrupted conversion)", orphan);
   if (file_exists(opt.to)) log.info("{} exists: it is replaced when the conversion completes", opt.to);
   WeightWriter writer(opt.to);

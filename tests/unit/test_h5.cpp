@@ -265,10 +265,15 @@ TEST(WeightStore, OrphanedTempFilesOfDeadWritersAreRemoved) {
   make(fmt::format(".w.h5.tmp.{}", dead + 100000000), false);  // recent: kept
   make(fmt::format(".other.h5.tmp.{}", dead), true);          // another file's: kept
   make(".w.h5.tmp.notapid", true);                           // not ours: kept
-  const auto removed = remove_orphaned_temp_files(dir / "w.h5");
+  const auto removed = remove_orphaned_temp_files(dir.path(), "w.h5");
   EXPECT_EQ(removed, (std::vector<std::string>{dir / fmt::format(".w.h5.tmp.{}", dead)}));
   EXPECT_FALSE(std::filesystem::exists(dir / fmt::format(".w.h5.tmp.{}", dead)));
   size_t left = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++left;
   EXPECT_EQ(left, 4u);
+  // Without a name (generate's sweep of its output folder): every dead writer's temporary.
+  make("plain.png", true);  // not a temporary: kept
+  const auto all = remove_orphaned_temp_files(dir.path());
+  EXPECT_EQ(all, (std::vector<std::string>{dir / fmt::format(".other.h5.tmp.{}", dead)}));
+  EXPECT_TRUE(std::filesystem::exists(dir / "plain.png"));
 }
