@@ -118,11 +118,14 @@ const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlo
   return &it->second;
 }
 
-// The PNG a manifest line lists is still there as written: the manifest holds the sha256 of
-// the bytes written, and a match proves the file whole and unchanged (no need to decode it).
-bool png_is_whole(const std::string& out_dir, const nlohmann::json& record) {
-  const std::string path = out_dir + "/" + record.value("file", "");
-  return file_exists(path) && sha256_file(path) == record.value("sha256", "");
+// A file a manifest line lists (the PNG under "file", the latents under "latents_file") is
+// still there as written: the line holds the sha256 of the bytes written, and a match proves
+// the file whole and unchanged (no need to decode it).
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, const char* file_key = "file",
+                          const char* sha256_key = "sha256") {
+  if (!record.contains(file_key)) return false;
+  const std::string path = out_dir + "/" + record.value(file_key, "");
+  return file_exists(path) && sha256_file(path) == record.value(sha256_key, "");
 }
 
 }  // namespace
@@ -130,12 +133,9 @@ bool png_is_whole(const std::string& out_dir, const nlohmann::json& record) {
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
                        const std::map<int64_t, nlohmann::json>& manifest) {
   const nlohmann::json* record = listed_ok(job, manifest);
-  if (!record || !changed_settings(job, key, *record).empty() || !png_is_whole(out_dir, *record)) return false;
-  if (!key.with_latents) return true;
+  if (!record || !changed_settings(job, key, *record).empty() || !listed_file_is_whole(out_dir, *record)) return false;
   // --output-type latent: the latents file is part of the image (listed since it was written).
-  const std::string latents = out_dir + "/" + record->value("latents_file", "");
-  return record->contains("latents_file") && file_exists(latents) &&
-         sha256_file(latents) == record->value("latents_sha256", "");
+  return !key.with_latents || listed_file_is_whole(out_dir, *record, "latents_file", "latents_sha256");
 }
 
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
@@ -151,7 +151,7 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
     auto changes = changed_settings(job, key, record);
     const std::string file = record.value("file", "");
     if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
-    if (changes.empty() || !png_is_whole(out_dir, record)) continue;
+    if (changes.empty() || !listed_file_is_whole(out_dir, record)) continue;
     if (++count <= 3) found.push_back(fmt::format("{} ({})", file, fmt::join(changes, "; ")));
   }
   if (count > 0)
