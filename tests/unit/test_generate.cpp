@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -32,6 +33,34 @@ std::string generate_cmd(const std::string& out, const std::string& extra) {
 
 std::map<std::string, std::string> text_of(const PngImage& png) {
   return std::map<std::string, std::string>(png.text.begin(), png.text.end());
+}
+
+// Starts a shell command in the background with its output in `log`; its pid. `own_group`:
+// in a process group of its own, so the test can kill the shell and ditbatch together.
+pid_t start(const std::string& command, const std::string& log, bool own_group = false) {
+  const std::string line = "exec " + command + " > " + log + " 2>&1";
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (own_group) setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", line.c_str(), nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls every 10 ms until `ready` holds, for at most `seconds`.
+void wait_until(const std::function<bool()>& ready, double seconds) {
+  for (int i = 0; i < seconds * 100 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+bool log_has(const std::string& log, const std::string& text) {
+  return test::read_text(log).find(text) != std::string::npos;
+}
+
+int wait_status(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
 }
 
 std::vector<std::string> pngs_in(const std::string& dir) {
@@ -224,21 +253,11 @@ TEST(Generate, KilledRunLeavesNoPartialPngAndResumes) {
   for (int i = 0; i < 6; ++i) prompts += fmt::format(" --prompt 'scene number {}'", i);
   ASSERT_EQ(test::run(generate_cmd(dir / "ref", prompts)).status, 0);
 
-  const std::string cmd = generate_cmd(dir / "out", prompts) + " > " + (dir / "log.txt") + " 2>&1";
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    _exit(127);
-  }
+  pid_t pid = start(generate_cmd(dir / "out", prompts), dir / "log.txt", true);
   // Kill it once it has written some images but not all.
-  for (int i = 0; i < 600; ++i) {
-    if (fs::exists(dir / "out") && pngs_in(dir / "out").size() >= 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  wait_until([&] { return fs::exists(dir / "out") && pngs_in(dir / "out").size() >= 2; }, 12);
   kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = wait_status(pid);
   ASSERT_TRUE(WIFSIGNALED(status)) << test::read_text(dir / "log.txt");
   const auto partial = pngs_in(dir / "out");
   EXPECT_LT(partial.size(), 6u) << "the run finished before the kill; the test proves nothing";
@@ -386,19 +405,10 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   TempDir dir;
   std::string prompts;  // 16: a signal sent at the first PNG never lands in the last image
   for (int i = 0; i < 16; ++i) prompts += fmt::format(" --prompt 'p{}'", i);
-  const std::string cmd = generate_cmd(dir / "out", prompts) + " > " + (dir / "log.txt") + " 2>&1";
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 600; ++i) {
-    if (fs::exists(dir / "out") && !pngs_in(dir / "out").empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  pid_t pid = start(generate_cmd(dir / "out", prompts), dir / "log.txt");
+  wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }, 12);
   kill(pid, SIGUSR1);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = wait_status(pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir / "log.txt");
   EXPECT_NE(test::read_text(dir / "log.txt").find("taking no new images"), std::string::npos);
@@ -421,33 +431,24 @@ TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    const std::string cmd = fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 {} > {} 2>&1",
-                                        test::exe(), test::tiny_model(), dir / "out", prompts, log_path);
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 3000 && (!fs::exists(dir / "out") || pngs_in(dir / "out").empty()); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 {}",
+                                  test::exe(), test::tiny_model(), dir / "out", prompts),
+                      log_path);
+    wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }, 30);
     // Two signals at once are one event (preemption's SIGTERM to the ranks and the script's
     // SIGUSR1): the image is still finished.
     kill(pid, SIGUSR1);
     kill(pid, SIGTERM);
-    bool announced = false;
-    for (int i = 0; i < 1000 && !announced; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      announced = test::read_text(log_path).find("received: finishing image 1 (") != std::string::npos;
-      if (test::read_text(log_path).find("taking no new images") != std::string::npos) break;
-    }
+    wait_until([&] { return log_has(log_path, "received: finishing image 1 (") || log_has(log_path, "taking no new images"); },
+               10);
+    const bool announced = log_has(log_path, "received: finishing image 1 (");
     if (announced) {
       // A second request over a second later abandons the image.
       std::this_thread::sleep_for(std::chrono::milliseconds(1300));
       EXPECT_EQ(test::read_text(log_path).find("abandoning"), std::string::npos) << test::read_text(log_path);
       kill(pid, SIGUSR1);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = wait_status(pid);
     const std::string log = test::read_text(log_path);
     ASSERT_TRUE(WIFEXITED(status)) << log;
     EXPECT_EQ(WEXITSTATUS(status), 75) << log;
@@ -477,14 +478,8 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
                        "--array-count 2 --threads 1",
                        test::exe(), test::tiny_model(), dir / "out", prompts, slice);
   };
-  const std::string first_cmd = job(0) + " > " + (dir / "first.log") + " 2>&1";
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", ("exec " + first_cmd).c_str(), nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 3000 && test::read_text(dir / "first.log").find("loaded") == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  pid_t pid = start(job(0), dir / "first.log");
+  wait_until([&] { return log_has(dir / "first.log", "loaded"); }, 30);
   auto second = test::run(job(0));
   EXPECT_EQ(second.status, 2) << second.output;
   EXPECT_NE(second.output.find(fmt::format("another ditbatch run (pid {} on ", pid)), std::string::npos)
@@ -503,8 +498,7 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   EXPECT_EQ(other_slice.status, 0) << other_slice.output;
   EXPECT_NE(other_slice.output.find("4 done, 0 skipped, 0 failed"), std::string::npos) << other_slice.output;
   kill(pid, SIGUSR1);  // it may have finished meanwhile
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = wait_status(pid);
   EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 75 || WEXITSTATUS(status) == 0))
       << test::read_text(dir / "first.log");
   auto after = test::run(job(0));
@@ -518,21 +512,14 @@ TEST(Generate, ASignalDuringTheLastImageEndsTheRunNormally) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    const std::string cmd = fmt::format(
-        "{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --prompt only > {} 2>&1",
-        test::exe(), test::tiny_model(), dir / "out", log_path);
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-      _exit(127);
-    }
+    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --prompt only",
+                                  test::exe(), test::tiny_model(), dir / "out"),
+                      log_path);
     // "transformer ... and VAE loaded": then the prompt is encoded and the steps begin
-    for (int i = 0; i < 3000 && test::read_text(log_path).find("and VAE loaded") == std::string::npos; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    wait_until([&] { return log_has(log_path, "and VAE loaded"); }, 30);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into image 0's steps
     kill(pid, SIGUSR1);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const int status = wait_status(pid);
     const std::string log = test::read_text(log_path);
     if (log.find("received: finishing image 0") == std::string::npos) continue;  // landed before the image
     ASSERT_TRUE(WIFEXITED(status)) << log;
