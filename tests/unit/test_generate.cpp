@@ -35,6 +35,10 @@ std::map<std::string, std::string> text_of(const PngImage& png) {
   return std::map<std::string, std::string>(png.text.begin(), png.text.end());
 }
 
+// The long runs below (1000 tiny steps) use --threads 1: with ctest -j2 several runs share the
+// 2 cores, and every OpenMP barrier of a multi-threaded run then waits for a time slice (a
+// hundred times slower); a single thread only shares the cores.
+//
 // Starts a shell command in the background with its output in `log`; its pid. `own_group`:
 // in a process group of its own, so the test can kill the shell and ditbatch together.
 pid_t start(const std::string& command, const std::string& log, bool own_group = false) {
@@ -431,7 +435,7 @@ TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 {}",
+    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 {}",
                                   test::exe(), test::tiny_model(), dir / "out", prompts),
                       log_path);
     wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }, 30);
@@ -472,8 +476,6 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   std::string prompts;
   for (int i = 0; i < 8; ++i) prompts += fmt::format(" --prompt 'r{}'", i);
   auto job = [&](int slice) {
-    // One thread each: two runs at once must not fight over the cores (OpenMP's spinning
-    // barriers make that tens of times slower).
     return fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 {} --array-index {} "
                        "--array-count 2 --threads 1",
                        test::exe(), test::tiny_model(), dir / "out", prompts, slice);
@@ -488,7 +490,7 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
             std::string::npos)
       << second.output;
   // The whole job without slices overlaps the running slice too.
-  auto whole = test::run(fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 {}",
+  auto whole = test::run(fmt::format("{} generate --weights {} --out {} --width 128 --height 128 --steps 1000 --threads 1 {}",
                                      test::exe(), test::tiny_model(), dir / "out", prompts));
   EXPECT_EQ(whole.status, 2) << whole.output;
   EXPECT_NE(whole.output.find("is making images 0..3 in " + (dir / "out") + ", of the images 0..7 this run"),
@@ -512,7 +514,7 @@ TEST(Generate, ASignalDuringTheLastImageEndsTheRunNormally) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --prompt only",
+    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 --prompt only",
                                   test::exe(), test::tiny_model(), dir / "out"),
                       log_path);
     // "transformer ... and VAE loaded": then the prompt is encoded and the steps begin
