@@ -21,6 +21,8 @@ gen() {  # gen N OUT [extra args...]
 }
 check() { python3 "$here/check_outputs.py" "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
+count_pngs() { find "$1" -maxdepth 1 -name '*.png' 2>/dev/null | wc -l; }
+alive() { local st; st=$(ps -o stat= -p "$1") && [[ $st != Z* ]]; }  # a child not yet waited for is a zombie
 
 case $case_name in
   placement)
@@ -86,23 +88,48 @@ assert all(lines[i]["status"] == "ok" for i in lines if i != 3)
 PY
     ;;
   kill-rerun)
-    # Killed mid-run with -n 3, rerun with -n 2: every image present, none duplicated or corrupt,
-    # and the same bytes as an uninterrupted run.
-    for i in $(seq 0 11); do echo "kill test prompt $i"; done > "$work/many.txt"
+    # Killed mid-run with -n 3 (every process of the run, as a job's end kills them), rerun
+    # with -n 2: every image present, none duplicated or corrupt, and the same bytes as an
+    # uninterrupted run. Each rank's second image is slow (1000 steps at 128², seconds): once
+    # three PNGs exist every rank is inside its slow image, so the kill lands mid-run whatever
+    # the machine's load.
+    python3 - "$work/many.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        f.write(json.dumps({"prompt": f"kill test prompt {i}", **({"steps": 1000, "width": 128, "height": 128} if i % 4 == 1 else {})}) + "\n")
+PY
     size=(--width 64 --height 64)
-    gen 1 "$work/ref" --prompts "$work/many.txt" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
-    setsid mpiexec -n 3 "$exe" generate --weights "$model" --out "$work/out" --prompts "$work/many.txt" \
-      "${size[@]}" --steps 3 > "$work/killed.log" 2>&1 &
+    gen 1 "$work/ref" --prompts "$work/many.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    # setsid: the run gets a session of its own. mpiexec puts each rank in a process group of
+    # its own, but all of them stay in this session, so it names every process of the run.
+    setsid mpiexec -n 3 "$exe" generate --weights "$model" --out "$work/out" --prompts "$work/many.jsonl" \
+      "${size[@]}" --steps 3 --shard contiguous > "$work/killed.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 600); do
-      [ "$(ls "$work/out"/*.png 2>/dev/null | wc -l)" -ge 3 ] && break
+    until [ "$(count_pngs "$work/out")" -ge 3 ]; do
+      alive "$pid" || { cat "$work/killed.log"; fail "the run ended before its third PNG"; }
       sleep 0.05
     done
-    kill -9 -- -"$pid" 2>/dev/null || kill -9 "$pid"
+    [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] || fail "mpiexec ($pid) does not lead a session of its own"
+    # kill -9 every process of the session until none is left (a zombie holds no lock): a rank
+    # still alive, e.g. inside an fsync, would hold the run lock and the rerun would be refused.
+    while live=$(ps -s "$pid" -o pid=,stat= | awk '$2 !~ /^Z/ {print $1}'); [ -n "$live" ]; do
+      # shellcheck disable=SC2086
+      kill -9 $live 2>/dev/null || true
+      sleep 0.05
+    done
     wait "$pid" 2>/dev/null || true
-    made=$(ls "$work/out"/*.png 2>/dev/null | wc -l)
+    made=$(count_pngs "$work/out")
     [ "$made" -lt 12 ] || fail "the run finished before the kill; the test proves nothing"
-    gen 2 "$work/out" --prompts "$work/many.txt" > "$work/log" 2>&1 || { cat "$work/log"; fail "rerun"; }
+    echo "killed the run at $made of 12 PNGs"
+    gen 2 "$work/out" --prompts "$work/many.jsonl" > "$work/log" 2>&1 || { cat "$work/log"; fail "rerun"; }
+    # a PNG renamed into place just before the kill may lack its manifest line: made again
+    python3 - "$work/log" "$made" <<'PY' || { cat "$work/log"; fail "the rerun's summary"; }
+import re, sys
+done, skipped, failed = map(int, re.search(r"summary: (\d+) done, (\d+) skipped, (\d+) failed", open(sys.argv[1]).read()).groups())
+assert failed == 0 and done + skipped == 12 and skipped <= int(sys.argv[2]), (done, skipped, failed)
+print(f"rerun: {done} done, {skipped} skipped")
+PY
     check "$work/out" 12 "$work/ref"
     ;;
   weights-once)

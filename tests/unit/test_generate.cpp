@@ -39,32 +39,53 @@ std::map<std::string, std::string> text_of(const PngImage& png) {
 // 2 cores, and every OpenMP barrier of a multi-threaded run then waits for a time slice (a
 // hundred times slower); a single thread only shares the cores.
 //
-// Starts a shell command in the background with its output in `log`; its pid. `own_group`:
-// in a process group of its own, so the test can kill the shell and ditbatch together.
-pid_t start(const std::string& command, const std::string& log, bool own_group = false) {
-  const std::string line = "exec " + command + " > " + log + " 2>&1";
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (own_group) setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", line.c_str(), nullptr);
-    _exit(127);
+// A command run in the background (`exec`: the pid is the command's own), its output in `log`.
+// A test that ends early (a failed assertion) kills and reaps it: no run outlives its test.
+class Child {
+ public:
+  Child(const std::string& command, const std::string& log) {
+    const std::string line = "exec " + command + " > " + log + " 2>&1";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", line.c_str(), nullptr);
+      _exit(127);
+    }
   }
-  return pid;
-}
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const { kill(pid_, sig); }
+  // The wait status (reaps the child).
+  int wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  // Polls every 10 ms until `ready` holds; false once the child has ended without it (not
+  // reaped: wait() still reads its status), or after `seconds`, a bound for a hung run far
+  // above what a loaded machine needs. Callers assert on the result.
+  [[nodiscard]] bool wait_until(const std::function<bool()>& ready, double seconds = 300) const {
+    for (int i = 0; i < seconds * 100; ++i) {
+      if (ready()) return true;
+      siginfo_t info{};
+      if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) return ready();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ready();
+  }
 
-// Polls every 10 ms until `ready` holds, for at most `seconds`.
-void wait_until(const std::function<bool()>& ready, double seconds) {
-  for (int i = 0; i < seconds * 100 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-}
+ private:
+  pid_t pid_ = -1;
+};
 
 bool log_has(const std::string& log, const std::string& text) {
   return test::read_text(log).find(text) != std::string::npos;
-}
-
-int wait_status(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
 }
 
 std::vector<std::string> pngs_in(const std::string& dir) {
@@ -253,15 +274,21 @@ TEST(Generate, TheTokenLimitCountsWhereAPromptIsLongerThanIt) {
 
 TEST(Generate, KilledRunLeavesNoPartialPngAndResumes) {
   TempDir dir;
-  std::string prompts;
-  for (int i = 0; i < 6; ++i) prompts += fmt::format(" --prompt 'scene number {}'", i);
+  // Image 2 is slow (1000 steps at 128², seconds): killed once two PNGs exist, the run is inside
+  // it whatever the machine's load, so the kill always lands mid-run.
+  std::string jsonl;
+  for (int i = 0; i < 6; ++i)
+    jsonl += fmt::format("{{\"prompt\": \"scene number {}\"{}}}\n", i,
+                         i == 2 ? ", \"steps\": 1000, \"width\": 128, \"height\": 128" : "");
+  test::write_text(dir / "p.jsonl", jsonl);
+  const std::string prompts = "--threads 1 --prompts " + (dir / "p.jsonl");
   ASSERT_EQ(test::run(generate_cmd(dir / "ref", prompts)).status, 0);
 
-  pid_t pid = start(generate_cmd(dir / "out", prompts), dir / "log.txt", true);
-  // Kill it once it has written some images but not all.
-  wait_until([&] { return fs::exists(dir / "out") && pngs_in(dir / "out").size() >= 2; }, 12);
-  kill(pid, SIGKILL);
-  const int status = wait_status(pid);
+  Child run(generate_cmd(dir / "out", prompts), dir / "log.txt");
+  const bool two = run.wait_until([&] { return fs::exists(dir / "out") && pngs_in(dir / "out").size() >= 2; });
+  run.signal(SIGKILL);
+  const int status = run.wait();
+  ASSERT_TRUE(two) << "no two PNGs: " << test::read_text(dir / "log.txt");
   ASSERT_TRUE(WIFSIGNALED(status)) << test::read_text(dir / "log.txt");
   const auto partial = pngs_in(dir / "out");
   EXPECT_LT(partial.size(), 6u) << "the run finished before the kill; the test proves nothing";
@@ -409,10 +436,11 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   TempDir dir;
   std::string prompts;  // 16: a signal sent at the first PNG never lands in the last image
   for (int i = 0; i < 16; ++i) prompts += fmt::format(" --prompt 'p{}'", i);
-  pid_t pid = start(generate_cmd(dir / "out", prompts), dir / "log.txt");
-  wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }, 12);
-  kill(pid, SIGUSR1);
-  const int status = wait_status(pid);
+  Child run(generate_cmd(dir / "out", prompts), dir / "log.txt");
+  ASSERT_TRUE(run.wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }))
+      << test::read_text(dir / "log.txt");
+  run.signal(SIGUSR1);
+  const int status = run.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir / "log.txt");
   EXPECT_NE(test::read_text(dir / "log.txt").find("taking no new images"), std::string::npos);
@@ -435,24 +463,26 @@ TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 {}",
+    Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 {}",
                                   test::exe(), test::tiny_model(), dir / "out", prompts),
                       log_path);
-    wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }, 30);
+    ASSERT_TRUE(run.wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }))
+        << test::read_text(log_path);
     // Two signals at once are one event (preemption's SIGTERM to the ranks and the script's
     // SIGUSR1): the image is still finished.
-    kill(pid, SIGUSR1);
-    kill(pid, SIGTERM);
-    wait_until([&] { return log_has(log_path, "received: finishing image 1 (") || log_has(log_path, "taking no new images"); },
-               10);
+    run.signal(SIGUSR1);
+    run.signal(SIGTERM);
+    ASSERT_TRUE(run.wait_until([&] {
+      return log_has(log_path, "received: finishing image 1 (") || log_has(log_path, "taking no new images");
+    })) << test::read_text(log_path);
     const bool announced = log_has(log_path, "received: finishing image 1 (");
     if (announced) {
       // A second request over a second later abandons the image.
       std::this_thread::sleep_for(std::chrono::milliseconds(1300));
       EXPECT_EQ(test::read_text(log_path).find("abandoning"), std::string::npos) << test::read_text(log_path);
-      kill(pid, SIGUSR1);
+      run.signal(SIGUSR1);
     }
-    const int status = wait_status(pid);
+    const int status = run.wait();
     const std::string log = test::read_text(log_path);
     ASSERT_TRUE(WIFEXITED(status)) << log;
     EXPECT_EQ(WEXITSTATUS(status), 75) << log;
@@ -480,11 +510,11 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
                        "--array-count 2 --threads 1",
                        test::exe(), test::tiny_model(), dir / "out", prompts, slice);
   };
-  pid_t pid = start(job(0), dir / "first.log");
-  wait_until([&] { return log_has(dir / "first.log", "loaded"); }, 30);
+  Child run(job(0), dir / "first.log");
+  ASSERT_TRUE(run.wait_until([&] { return log_has(dir / "first.log", "loaded"); })) << test::read_text(dir / "first.log");
   auto second = test::run(job(0));
   EXPECT_EQ(second.status, 2) << second.output;
-  EXPECT_NE(second.output.find(fmt::format("another ditbatch run (pid {} on ", pid)), std::string::npos)
+  EXPECT_NE(second.output.find(fmt::format("another ditbatch run (pid {} on ", run.pid())), std::string::npos)
       << second.output;
   EXPECT_NE(second.output.find(") is making images 0..3 in " + (dir / "out") + ", of the images 0..3 this run"),
             std::string::npos)
@@ -499,8 +529,8 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
   auto other_slice = test::run(job(1));
   EXPECT_EQ(other_slice.status, 0) << other_slice.output;
   EXPECT_NE(other_slice.output.find("4 done, 0 skipped, 0 failed"), std::string::npos) << other_slice.output;
-  kill(pid, SIGUSR1);  // it may have finished meanwhile
-  const int status = wait_status(pid);
+  run.signal(SIGUSR1);  // it may have finished meanwhile
+  const int status = run.wait();
   EXPECT_TRUE(WIFEXITED(status) && (WEXITSTATUS(status) == 75 || WEXITSTATUS(status) == 0))
       << test::read_text(dir / "first.log");
   auto after = test::run(job(0));
@@ -514,14 +544,14 @@ TEST(Generate, ASignalDuringTheLastImageEndsTheRunNormally) {
   for (int attempt = 0; attempt < 3; ++attempt) {
     TempDir dir;
     const std::string log_path = dir / "log.txt";
-    pid_t pid = start(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 --prompt only",
+    Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 --prompt only",
                                   test::exe(), test::tiny_model(), dir / "out"),
                       log_path);
     // "transformer ... and VAE loaded": then the prompt is encoded and the steps begin
-    wait_until([&] { return log_has(log_path, "and VAE loaded"); }, 30);
+    ASSERT_TRUE(run.wait_until([&] { return log_has(log_path, "and VAE loaded"); })) << test::read_text(log_path);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into image 0's steps
-    kill(pid, SIGUSR1);
-    const int status = wait_status(pid);
+    run.signal(SIGUSR1);
+    const int status = run.wait();
     const std::string log = test::read_text(log_path);
     if (log.find("received: finishing image 0") == std::string::npos) continue;  // landed before the image
     ASSERT_TRUE(WIFEXITED(status)) << log;
