@@ -44,6 +44,25 @@ namespace ditbatch {
 using cuda::DeviceAllocator;
 using cuda::DeviceBlock;
 
+const char* attention_path_name(CudaAttentionPath p) {
+  switch (p) {
+    case CudaAttentionPath::Auto: return "auto";
+    case CudaAttentionPath::Cudnn: return "cudnn";
+    case CudaAttentionPath::Gemm: return "gemm";
+    case CudaAttentionPath::Flash: return "flash";
+  }
+  return "?";
+}
+
+const char* conv_path_name(CudaConvPath p) {
+  switch (p) {
+    case CudaConvPath::Auto: return "auto";
+    case CudaConvPath::Cudnn: return "cudnn";
+    case CudaConvPath::Im2col: return "im2col";
+  }
+  return "?";
+}
+
 namespace {
 
 // ---- options from the environment -----------------------------------------------------------
@@ -94,25 +113,6 @@ void expect_float(const char* op, const Tensor& t, const char* what) {
   expect_cuda(op, t, what);
   DITBATCH_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::BF16, "{}: {} must be f32 or bf16, got {}", op, what,
                  t.describe());
-}
-
-const char* path_name(CudaAttentionPath p) {
-  switch (p) {
-    case CudaAttentionPath::Auto: return "auto";
-    case CudaAttentionPath::Cudnn: return "cudnn";
-    case CudaAttentionPath::Gemm: return "gemm";
-    case CudaAttentionPath::Flash: return "flash";
-  }
-  return "?";
-}
-
-const char* conv_path_name(CudaConvPath p) {
-  switch (p) {
-    case CudaConvPath::Auto: return "auto";
-    case CudaConvPath::Cudnn: return "cudnn";
-    case CudaConvPath::Im2col: return "im2col";
-  }
-  return "?";
 }
 
 // ---- host-side conversion into the staging buffer -------------------------------------------
@@ -383,7 +383,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
            "SDPA {}), convolution {} (cuDNN {}){}{}",
            options.device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
            static_cast<double>(prop.totalGlobalMem) / double(1 << 30), cuda_library_versions(),
-           dtype_name(options.act_dtype), path_name(options.attention), m.sdpa.status(), conv_path_name(options.conv),
+           dtype_name(options.act_dtype), attention_path_name(options.attention), m.sdpa.status(), conv_path_name(options.conv),
            m.conv.status(),
            options.poison ? ", allocations poisoned" : "", options.sync_each_op ? ", synchronous" : "");
 }

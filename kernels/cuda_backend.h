@@ -27,6 +27,10 @@ enum class CudaConvPath {
   Im2col,  // im2col kernel + cuBLASLt GEMM with the bias epilogue, in bands of rows
 };
 
+// "auto", "cudnn", "gemm", "flash" / "auto", "cudnn", "im2col": as DITBATCH_CUDA_ATTENTION / _CONV spell them.
+const char* attention_path_name(CudaAttentionPath path);
+const char* conv_path_name(CudaConvPath path);
+
 struct CudaBackendOptions {
   int device = 0;
   DType act_dtype = DType::BF16;  // BF16: bf16 weights and activations; F32: everything fp32

@@ -8,7 +8,7 @@
 # that of the first failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stages=${TEST_STAGES:-"ctest"}
+stages=${TEST_STAGES:-"ctest emulate"}
 want() { [[ " $stages " == *" $1 "* ]]; }
 
 bash tools/install-deps.sh || exit 1
@@ -30,6 +30,7 @@ main_suite() {
 }
 
 want ctest && stage ctest main_suite "$@"
+want emulate && stage emulate bash tools/ci/emulate.sh build
 
 echo "==== stages ===="
 printf '%s\n' "${report[@]}"

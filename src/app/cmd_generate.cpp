@@ -11,6 +11,7 @@
 #include "app/backends.h"
 #include "app/commands.h"
 #include "app/options.h"
+#include "app/selftest.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "dist/node_weights.h"
@@ -37,6 +38,7 @@ struct GenerateOptions {
   RunOptions run;
   int64_t max_sequence_length = kDefaultMaxSequenceLength;
   int device = -1, ranks_per_gpu = 1, threads = 0;
+  bool no_selftest = false;
   int64_t array_index = -1, array_count = -1;
 };
 
@@ -193,6 +195,8 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("device", po::value(&o.device)->default_value(-1), "GPU index (default: local rank modulo the visible GPUs)")
       ("ranks-per-gpu", po::value(&o.ranks_per_gpu)->default_value(1), "allow this many ranks to share one GPU")
       ("threads", po::value(&o.threads)->default_value(0), "CPU threads per rank (default: cores / ranks on the node)")
+      ("no-selftest", po::bool_switch(&o.no_selftest),
+       "skip the check of the GPU's ops against the CPU made before the weights load")
       ("log-dir", po::value(&o.log_dir), "one log file per rank: DIR/rank-NNNNN.log")
       ("log-level", po::value(&o.log_level)->default_value("info"), "debug | info | warn | error");
   po::variables_map vm;
@@ -319,6 +323,15 @@ int cmd_generate(const std::vector<std::string>& args) {
     omp_set_num_threads(threads_per_rank(o, world));
     const DeviceChoice gpu = choose_device(o, world, log);
     std::unique_ptr<Backend> backend = make_backend(o.backend_kind, gpu.device, log);
+    if (backend->device() != Device::Host && !o.no_selftest) {  // a GPU is trusted once it agrees with the CPU
+      Stopwatch check;
+      const std::string failure = preflight_failure(*backend);
+      if (!failure.empty())
+        fail("the GPU disagrees with the CPU reference, so no image is made: {} (ditbatch selftest tells more; "
+             "--no-selftest skips this check)",
+             failure);
+      log.info("{}: the quick op cases agree with the CPU ({:.1f} s)", backend->name(), check.seconds());
+    }
     WeightStore weights = WeightStore::open(o.weights_path);
     if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
       int64_t width = 0, height = 0;

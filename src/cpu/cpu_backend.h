@@ -7,7 +7,7 @@
 
 namespace ditbatch {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   // Every GEMM runs on a fixed grid of tiles that OpenMP shares out, each tile one
   // single-threaded OpenBLAS call, so no result depends on the thread count (OpenBLAS's own

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
 # usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | idle | empty | failure |
-#        kill-rerun | weights-once)
+#        kill-rerun | weights-once | selftest)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -150,6 +150,26 @@ assert 0.9 * size <= total <= 1.2 * size, 'weights were not read once per node'
     for r in 1 2; do
       grep -q "rank $r on [^:]*: .* weights read 0.0 MB" "$work/tcp.log" || { cat "$work/tcp.log"; fail "rank $r read weights over TCP"; }
     done
+    ;;
+  selftest)
+    # `ditbatch selftest` under mpiexec: every rank checks its own backend, rank 0 prints one
+    # row per rank and the verdict of all; the JSON holds every rank's report.
+    mpiexec -n 2 "$exe" selftest --backend cpu --quick --json "$work/selftest.json" > "$work/log" 2>&1 ||
+      { cat "$work/log"; fail "selftest exit status"; }
+    cat "$work/log"
+    for r in 0 1; do
+      grep -qE "^  $r +[^ ]+ +$r +cpu +PASS +[0-9.e+-]+ +[0-9.e+-]+" "$work/log" || fail "no PASS row for rank $r"
+    done
+    grep -q "^PASS: all 2 rank(s) in " "$work/log" || fail "no verdict line for the 2 ranks"
+    python3 - "$work/selftest.json" <<'PY' || fail "selftest.json"
+import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+assert [r["rank"] for r in ranks] == [0, 1], ranks
+for r in ranks:
+    assert r["passed"] and r["gemm"] > 0 and r["copy"] > 0, r
+    assert {c["status"] for c in r["report"]["checks"]} == {"PASS"}, r["report"]["checks"]
+print("selftest.json: 2 ranks, every check PASS")
+PY
     ;;
   *) fail "unknown case $case_name" ;;
 esac

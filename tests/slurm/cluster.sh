@@ -157,7 +157,9 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 SlurmdTimeout=300
 InactiveLimit=0
-KillWait=5
+# Slurm's default: on SIGTERM the ranks finish the image they are making, which on a loaded
+# machine can take seconds; a shorter wait would SIGKILL them (and the batch shell) first.
+KillWait=30
 MinJobAge=600
 JobRequeue=1
 GresTypes=gpu

@@ -2,7 +2,7 @@
 # End-to-end tests of the job scripts in jobs/ on a real, throwaway Slurm cluster
 # (tests/slurm/cluster.sh: munged + slurmctld + slurmd on loopback, in a temp dir).
 # usage: slurm_test.sh CASE BUILD_DIR TINY_MODEL
-#   CASE: lint | generate | multinode | array | preempt | kill | badprompt
+#   CASE: lint | generate | multinode | array | preempt | kill | badprompt | selftest
 # Exit 0 pass, 1 fail, 77 skip (slurmctld not installed).
 # Every case starts its own cluster and stops it (by PID) on any exit. DITBATCH_KEEP_TMP=1
 # keeps the work folder.
@@ -33,7 +33,7 @@ if [ "$case_name" = lint ]; then
     diff <(body "$jobs/generate.sbatch") <(body "$jobs/$s.sbatch") >/dev/null ||
       fail "the body of jobs/$s.sbatch differs from jobs/generate.sbatch"
   done
-  for s in "$jobs"/*.sbatch; do
+  for s in "$jobs"/generate*.sbatch; do
     grep -q '^#SBATCH --signal=B:USR1@' "$s" || fail "$s: no --signal=B:USR1@"
     grep -q '^#SBATCH --requeue' "$s" || fail "$s: no --requeue"
     grep -q '^#SBATCH --open-mode=append' "$s" || fail "$s: no --open-mode=append"
@@ -441,6 +441,64 @@ PY
     # depends on the machine's load)
     ! grep -h "loaded" "$work"/logs/ditbatch_"${jid}"_*.log || fail "a rank loaded a model before the error"
     note "failed in ${took}s from submission: $(grep -F "$err" "$work/logs/ditbatch_${jid}_0.log")"
+    ;;
+
+  selftest)
+    # jobs/selftest.sbatch on 2 tasks: a row per rank and the verdict of all in the batch log,
+    # every rank's report in selftest_JOBID.json. Then DITBATCH_SELFTEST=quick in front of a
+    # generate job: it passes and the job makes its images; with a selftest that fails (here
+    # diffusers' outputs held against a model whose proj_out was scaled by 3) the job stops
+    # with exit 1 before any weight is read.
+    env_file prompts.txt out --width 64 --height 64 --steps 3
+    echo "DITBATCH_SELFTEST_ARGS=(--quick)" >>"$work/ditbatch.env"
+    start_cluster
+    jid=$(submit --ntasks-per-node=2 "$jobs/selftest.sbatch")
+    wait_job "$jid" 180
+    expect_state "$jid" COMPLETED 0
+    blog=$work/ditbatch-selftest_$jid.out
+    grep -q "^PASS: all 2 rank(s) in " "$blog" || fail "selftest batch log: no verdict for 2 ranks"
+    for r in 0 1; do grep -qE "^  $r +[^ ]+ +$r +cpu +PASS" "$blog" || fail "selftest batch log: no PASS row for rank $r"; done
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['ranks']; assert len(r)==2 and all(x['passed'] for x in r)" \
+      "$work/selftest_$jid.json" || fail "selftest_$jid.json"
+    note "selftest job: $(grep '^PASS' "$blog")"
+
+    job_inputs 6 64 "a small boat on a lake, number"
+    {
+      echo "DITBATCH_SELFTEST=quick"
+      echo "DITBATCH_SELFTEST_ARGS=(--goldens none)"
+    } >>"$work/ditbatch.env"
+    jid2=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid2" 180
+    expect_state "$jid2" COMPLETED 0
+    grep -q "selftest: PASS: all 4 rank(s)" "$work/ditbatch_$jid2.out" || fail "the generate job's batch log has no selftest verdict"
+    check_outputs "$work/out" 6 "$work/ref"
+    note "generate with DITBATCH_SELFTEST=quick: ok"
+
+    cp -r "$repo/tests/data/golden" "$work/badgold"
+    python3 - "$work/badgold/tiny-pipeline/transformer/diffusion_pytorch_model.safetensors" <<'PY'
+import array, json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin, end = json.loads(data[8:8 + n])["proj_out.weight"]["data_offsets"]
+values = array.array("f", data[8 + n + begin:8 + n + end])
+data[8 + n + begin:8 + n + end] = array.array("f", (3 * v for v in values)).tobytes()
+open(path, "wb").write(data)
+PY
+    env_file prompts.txt out-bad --width 64 --height 64 --steps 3
+    {
+      echo "DITBATCH_SELFTEST=quick"
+      echo "DITBATCH_SELFTEST_ARGS=(--goldens $work/badgold)"
+    } >>"$work/ditbatch.env"
+    jid3=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid3" 180
+    expect_state "$jid3" FAILED 1
+    blog=$work/ditbatch_$jid3.out
+    grep -q "the selftest failed (status 1): no weight was read" "$blog" || fail "batch log: no selftest failure"
+    grep -q "FAIL" "$blog" || fail "batch log: the failing checks are not named"
+    [ ! -e "$work/logs/ditbatch_${jid3}_0.log" ] || fail "generate started after a failing selftest"
+    [ "$(count_pngs "$work/out-bad")" = 0 ] || fail "images were made after a failing selftest"
+    note "a failing selftest stops the job: $(grep -m1 -A1 'What failed' "$blog" | tail -n 1)"
     ;;
 
   *) fail "unknown case" ;;

@@ -23,14 +23,18 @@ namespace ditbatch::test {
 // `checked` adds poisoned allocations and synchronous launches (a fault names its op). The
 // cuDNN self-check is off: it would replace a wrong cuDNN output with ours, and the tests must
 // see cuDNN's own.
-inline std::unique_ptr<CudaBackend> make_cuda_test_backend(DType act, bool checked,
-                                                           std::optional<CudaAttentionPath> attention = std::nullopt) {
+inline CudaBackendOptions cuda_test_options(DType act = DType::BF16, bool checked = true) {
   CudaBackendOptions o = CudaBackendOptions::from_env(0);
   o.act_dtype = act;
-  if (attention) o.attention = *attention;
   o.poison = o.poison || checked;
   o.sync_each_op = o.sync_each_op || checked;
   o.cudnn_self_check = false;
+  return o;
+}
+inline std::unique_ptr<CudaBackend> make_cuda_test_backend(DType act, bool checked,
+                                                           std::optional<CudaAttentionPath> attention = std::nullopt) {
+  CudaBackendOptions o = cuda_test_options(act, checked);
+  if (attention) o.attention = *attention;
   return std::make_unique<CudaBackend>(o, Log(0, 1, "warn"));
 }
 

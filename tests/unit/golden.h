@@ -12,6 +12,7 @@
 #include "io/convert.h"
 #include "io/h5.h"
 #include "pipeline/job.h"
+#include "selftest/pipeline_check.h"
 #include "test_util.h"
 
 namespace ditbatch::test {
@@ -49,18 +50,7 @@ inline Tensor nchw_to_nhwc(const Tensor& t) {
 }
 
 // The image job of a pipeline.h5 case (its attributes: prompt, seed, size, steps, CFG).
-inline ImageJob golden_pipeline_job(const h5::Group& g) {
-  ImageJob job;
-  job.prompt = g.attr_string("prompt");
-  job.negative_prompt = g.attr_string("negative_prompt");
-  job.seed = static_cast<uint64_t>(g.attr_int("seed"));
-  job.width = g.attr_int("width");
-  job.height = g.attr_int("height");
-  job.steps = g.attr_int("steps");
-  job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
-  job.true_cfg = g.attr_int("true_cfg") != 0;
-  return job;
-}
+inline ImageJob golden_pipeline_job(const h5::Group& g) { return selftest::golden_job(g); }
 
 // How an 8-bit image agrees with diffusers' (image_uint8 of a pipeline.h5 case).
 struct RgbAgreement {

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "selftest/random_inputs.h"
 
 namespace ditbatch::test {
 
@@ -73,18 +74,8 @@ inline std::string f32_bytes(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
 }
 
-// Random values in [-scale, scale], never all zero.
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-inline Tensor random_tensor(const Shape& shape, uint32_t seed, float scale = 1.0f) {
-  return Tensor::host_f32(shape, random_floats(static_cast<size_t>(shape_numel(shape)), seed, scale));
-}
+using selftest::random_floats;
+using selftest::random_tensor;
 
 struct CommandResult {
   int status;

@@ -4,8 +4,9 @@
 #
 # The GPU machine has its own image (Ubuntu-like, torch 2.11+cu130, CUDA 13.0 toolkit, no
 # network, none of our Debian packages), so the bundle holds:
-#   bin/  ditbatch_cuda_tests (the CUDA tests alone), ditbatch_cuda_bench, and ditbatch when it
-#         builds (stripped; MPI off, Release, sm_90)
+#   bin/  ditbatch (check.sh runs its selftest, generate and bench), ditbatch_cuda_tests (the
+#         CUDA tests alone, for digging deeper), ditbatch_cuda_bench (stripped; MPI off,
+#         Release, sm_90)
 #   lib/  every shared library they load except glibc's and CUDA's: HDF5, OpenBLAS, Boost,
 #         spdlog/fmt, libpng, OpenSSL's crypto, Oniguruma, utf8proc, SLEEF, libgomp,
 #         libstdc++, ... (ldd closure). cudart, cuBLAS(Lt), cuDNN and NVRTC come from that
@@ -19,16 +20,13 @@ cd "$(dirname "$0")/../.."
 build=build-device
 if [[ "${1:-}" != "--no-build" ]]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDITBATCH_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  ninja -C "$build" -j"${JOBS:-2}" ditbatch_cuda_tests ditbatch_cuda_bench
-  # The app only for check.sh's stage 4 (`ditbatch bench`): the bundle does not wait for it.
-  ninja -C "$build" -j"${JOBS:-2}" ditbatch || echo "build_bundle: ditbatch did not build; the bundle goes without it"
+  ninja -C "$build" -j"${JOBS:-2}" ditbatch ditbatch_cuda_tests ditbatch_cuda_bench
 fi
 
 stage="$build/bundle"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/ditbatch_cuda_tests" "$build/ditbatch_cuda_bench" "$stage/bin/"
-[[ -x "$build/ditbatch" ]] && cp "$build/ditbatch" "$stage/bin/"
+cp "$build/ditbatch" "$build/ditbatch_cuda_tests" "$build/ditbatch_cuda_bench" "$stage/bin/"
 strip --strip-unneeded "$stage"/bin/*
 
 missing=0

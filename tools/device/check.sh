@@ -1,30 +1,31 @@
 #!/usr/bin/env bash
-# The GPU check of issue #9 in one call, for a machine with an NVIDIA GPU and no network
-# (the `run` tool's H200). Run from the repository root with the bundle made here by
-# tools/device/build_bundle.sh:
+# The GPU check in one call, for a machine with an NVIDIA GPU and no network (the `run` tool's
+# H200). Run from the repository root with the bundle made here by tools/device/build_bundle.sh:
 #
 #   run(command="bash tools/device/check.sh", carry=["build-device/carry"], timeout_s=480)
 #
-# Stages (each bounded by its own timeout; a failing stage does not stop the next):
-#   0. unpack the bundle, find cudart / cuBLAS / cuDNN / NVRTC on the machine, print versions
-#   1. the CUDA op tests against the CPU backend (poisoned allocations, FlashAttention's rule);
-#      cuDNN's attention and convolution in a process of their own
-#   2. the tiny golden models and pipeline on the GPU: latents NMSE and image PSNR vs diffusers;
-#      `ditbatch generate --backend cuda` on a tiny model against the CPU backend (PSNR)
-#   3. ditbatch_cuda_bench: ceilings, GEMM shapes, attention paths, full-size models with
-#      random weights (forward, CFG step, text encoder, VAE, peak memory, 50-step image);
-#      if it fails, the models again without cuDNN
-#   4. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
+# A thin wrapper around the product's own commands (each stage bounded by its own timeout; a
+# failing stage does not stop the next):
+#   0. unpack the bundle, find cudart / cuBLAS / cuDNN / NVRTC on the machine (the newest cuDNN
+#      found), print versions
+#   1. `ditbatch selftest` (full): every op case in bf16 and f32 against the CPU, each attention
+#      and convolution path, the tiny pipeline against the CPU and against diffusers' goldens,
+#      GEMM / copy / attention throughput; its JSON comes back
+#   2. `ditbatch generate --backend cuda` on a tiny model against the same command on the CPU
+#      backend (PNG PSNR)
+#   3. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
 #      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh)
+#   4. (only when asked for: CHECK_STAGES="0 1 2 3 4") ditbatch_cuda_bench: ceilings, GEMM
+#      shapes, attention paths, full-size models, peak memory, the 50-step image
 # A summary comes last. Logs and metrics go to $OUT (they come back with the run).
-# Environment: CHECK_STAGES="0 1 2 3 4" to choose stages; BENCH_ARGS for the bench.
+# Environment: CHECK_STAGES="0 1 2 3" to choose stages; BENCH_ARGS for stage 4.
 set -uo pipefail
 
 t_start=$(date +%s)
 root=$(pwd)
 out=${OUT:-/tmp/ditbatch-check}
 mkdir -p "$out"
-stages=${CHECK_STAGES:-"0 1 2 3 4"}
+stages=${CHECK_STAGES:-"0 1 2 3"}
 summary=()
 note() { summary+=("$1"); echo "$1"; }
 elapsed() { echo $(($(date +%s) - t_start)); }
@@ -69,8 +70,21 @@ find_lib() {  # find_lib SONAME -> the first directory holding it
   for d in "${search_dirs[@]}"; do [[ -e $d/$1 ]] && { echo "$d"; return 0; }; done
   return 1
 }
+# cuDNN: the newest found (the torch wheel's may be older than the 9.13.1 that cuDNN SDPA needs).
+cudnn_version() { readlink -f "$1/libcudnn.so.9" | sed -n 's/.*libcudnn\.so\.\([0-9.]*\)$/\1/p'; }
+cudnn_dir='' cudnn_best=''
+for d in "${search_dirs[@]}"; do
+  [[ -e $d/libcudnn.so.9 ]] || continue
+  v=$(cudnn_version "$d")
+  echo "found libcudnn.so.9 ${v:-(version unknown)} in $d"
+  if [[ -z $cudnn_dir ]] || [[ -n $v && $(printf '%s\n%s\n' "$cudnn_best" "$v" | sort -V | tail -n 1) == "$v" && $v != "$cudnn_best" ]]; then
+    cudnn_dir=$d cudnn_best=$v
+  fi
+done
 lib_path="$work/lib"
-for so in libcudnn.so.9 libcublasLt.so.13 libcublas.so.13 libcudart.so.13 libnvrtc.so.13; do
+[[ -n $cudnn_dir ]] && lib_path="$lib_path:$cudnn_dir" && echo "using cuDNN ${cudnn_best:-?} from $cudnn_dir"
+[[ -n $cudnn_dir ]] || echo "NOT FOUND: libcudnn.so.9 (searched ${search_dirs[*]})"
+for so in libcublasLt.so.13 libcublas.so.13 libcudart.so.13 libnvrtc.so.13; do
   if d=$(find_lib "$so"); then
     echo "found $so in $d"
     [[ ":$lib_path:" == *":$d:"* ]] || lib_path="$lib_path:$d"
@@ -88,7 +102,7 @@ for exe in ditbatch_cuda_tests ditbatch_cuda_bench ditbatch; do
     exit 2
   fi
 done
-ldd "$work/bin/ditbatch_cuda_tests" | grep -E "cudnn|cublas|cudart|stdc\+\+|gomp" | sed 's/^/  /'
+ldd "$work/bin/ditbatch" | grep -E "cudnn|cublas|cudart|stdc\+\+|gomp" | sed 's/^/  /'
 
 if want 0; then
   echo "== stage 0: the machine =="
@@ -98,111 +112,72 @@ if want 0; then
   note "stage 0: $(grep -m1 -o 'cudart [0-9]*, driver [0-9]*, cuBLASLt [0-9]* (for CUDA [0-9]*), cuDNN [0-9]* (for CUDA [0-9]*)' "$out/info.txt" || echo 'versions unknown'); $(grep -m1 '^cuDNN SDPA' "$out/info.txt" || echo 'SDPA status unknown')"
 fi
 
-gtest_stage() {  # gtest_stage NAME FILTER TIMEOUT [ENV...]
-  local name=$1 filter=$2 limit=$3
-  shift 3
-  local log="$out/$name.log"
-  local t0=$(date +%s)
-  env "$@" timeout "$limit" "$work/bin/ditbatch_cuda_tests" --gtest_filter="$filter" --gtest_brief=0 > "$log" 2>&1
-  local rc=$?
-  local passed failed skipped
-  passed=$(grep -c '^\[       OK \]' "$log")
-  failed=$(grep -c '^\[  FAILED  \].*ms)$' "$log")
-  skipped=$(grep -c '^\[  SKIPPED \].*ms)$' "$log")
-  grep -E '^\[  FAILED  \]|Failure|error:|WARNING|warn\]' "$log" | head -40
-  note "$name: rc $rc, $passed passed, $failed failed, $skipped skipped, $(($(date +%s) - t0)) s$([[ $rc == 124 ]] && echo ' (TIMED OUT)')"
-  while IFS= read -r l; do note "    $l"; done < <(grep -h '^\[  FAILED  \].*ms)$' "$log" | head -20)
-  sed -n "s/^\[cuda-metric\] /[cuda-metric] $name./p" "$log" >> "$out/metrics.txt"
-  grep -h '^\[cuda-info\]' "$log" | sort -u | head -10
-}
-
-# cuDNN runs in processes of its own: a fault inside it (a sticky CUDA error) cannot take the
-# other tests or the benchmark down with it.
 if want 1; then
-  echo "== stage 1a: CUDA op tests without cuDNN (allocations poisoned, launches synchronous) =="
-  gtest_stage op_tests '*CudaOps*:*CudaGemm*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash:*CudaAttentionLarge*:*CudaConv.*_im2col' \
-    240 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col
-  echo "== stage 1b: cuDNN fused attention and convolution =="
+  echo "== stage 1: ditbatch selftest (every op in bf16 and f32, each path, the pipelines, the machine) =="
   # cuDNN's own warnings name what a refused engine lacked (e.g. NVRTC not loadable).
-  gtest_stage cudnn_tests '*CudaAttention.*_cudnn:*CudaOps*bf16_attention*:*CudaConv.*_cudnn:*CudaOps*bf16_conv*' 120 \
-    DITBATCH_CUDA_POISON=1 \
-    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings.log"
+  t0=$(date +%s)
+  CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings.log" timeout 240 \
+    "$work/bin/ditbatch" selftest --backend cuda --json "$out/selftest.json" > "$out/selftest.log" 2>&1
+  rc=$?
+  cat "$out/selftest.log"
+  note "selftest: rc $rc in $(($(date +%s) - t0)) s$([[ $rc == 124 ]] && echo ' (TIMED OUT)'): $(tail -n 1 "$out/selftest.log")"
+  grep -E '^  +(attention|convolution) paths' "$out/selftest.log" | while IFS= read -r l; do note "  $l"; done
+  if grep -q '^ *cuDNN SDPA  *disabled' "$out/selftest.log"; then
+    note "!!! cuDNN SDPA is DISABLED on this machine (cuDNN ${cudnn_best:-?} from ${cudnn_dir:-nowhere}): attention runs on the GEMM path"
+  fi
   [[ -s $out/cudnn_warnings.log ]] && { echo "cuDNN warnings (first lines; all in cudnn_warnings.log):"; head -c 3000 "$out/cudnn_warnings.log"; echo; }
 fi
-if want 2; then
-  echo "== stage 2: tiny golden models and pipeline on the GPU =="
-  gtest_stage golden_tests '*CudaGolden*' 180 DITBATCH_CUDA_POISON=1 DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col
-  gtest_stage golden_cudnn_tests '*CudaGolden*bf16' 120 DITBATCH_CUDA_POISON=1 \
-    CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings_golden.log"
-  grep -h 'golden' "$out/metrics.txt" 2>/dev/null | sed 's/^\[cuda-metric\] /  /'
-  # The product's command on the GPU (device choice, the memory check against the real free
-  # memory, the conditioning at load, the latents-to-PNG ops, PNG writing): the tiny model's
+if want 2 && [[ -x $work/bin/ditbatch ]]; then
+  # The product's command on the GPU (device choice, the GPU check before the weights, the memory
+  # check against the real free memory, the conditioning at load, PNG writing): the tiny model's
   # images from --backend cuda against the same command on the CPU backend.
-  if [[ -x $work/bin/ditbatch ]]; then
-    echo "== stage 2c: ditbatch generate on the GPU against the CPU backend =="
-    gen_dir="$out/generate"
-    rm -rf "$gen_dir" && mkdir -p "$gen_dir"
-    # true CFG, no CFG, another size (a second schedule for the conditioning at load)
-    printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 96}\n' \
-      > "$gen_dir/prompts.jsonl"
-    "$work/bin/ditbatch" make-tiny --out "$work/tiny.h5" > "$gen_dir/make-tiny.log" 2>&1  # 53 MB: not in $OUT
-    rcs=""
-    for backend in cuda cpu; do
-      timeout 120 "$work/bin/ditbatch" generate --weights "$work/tiny.h5" --prompts "$gen_dir/prompts.jsonl" \
-        --out "$gen_dir/$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/$backend.log" 2>&1
-      rcs+=" $backend rc $?"
-    done
-    grep -E 'GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
-    note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
-  fi
+  echo "== stage 2: ditbatch generate on the GPU against the CPU backend =="
+  gen_dir="$out/generate"
+  rm -rf "$gen_dir" && mkdir -p "$gen_dir"
+  # true CFG, no CFG, another size (a second schedule for the conditioning at load)
+  printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 96}\n' \
+    > "$gen_dir/prompts.jsonl"
+  "$work/bin/ditbatch" make-tiny --out "$work/tiny.h5" > "$gen_dir/make-tiny.log" 2>&1  # 53 MB: not in $OUT
+  rcs=""
+  for backend in cuda cpu; do
+    timeout 120 "$work/bin/ditbatch" generate --weights "$work/tiny.h5" --prompts "$gen_dir/prompts.jsonl" \
+      --out "$gen_dir/$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/$backend.log" 2>&1
+    rcs+=" $backend rc $?"
+  done
+  grep -E 'quick op cases|GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
+  note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
 fi
-if want 3; then
-  echo "== stage 3: ditbatch_cuda_bench =="
-  timeout 300 "$work/bin/ditbatch_cuda_bench" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
-  rc=$?
-  grep -vE '^\|' "$out/bench.log" | tail -60
-  note "bench: rc $rc$([[ $rc == 124 ]] && echo ' (TIMED OUT)')"
-  if [[ $rc != 0 && $(elapsed) -lt 330 ]]; then
-    echo "== stage 3, again: the models without cuDNN =="
-    DITBATCH_CUDA_ATTENTION=gemm DITBATCH_CUDA_CONV=im2col timeout 200 "$work/bin/ditbatch_cuda_bench" --models-only ${BENCH_ARGS:-} > "$out/bench-gemm.log" 2>&1
+if want 3 && [[ -x $work/bin/ditbatch ]]; then
+  wheels=build-device/carry/wheels
+  if [[ -n $py ]] && ls "$wheels"/diffusers-*.whl > /dev/null 2>&1 &&
+     "$py" -m pip install --quiet --no-index --no-deps --target "$work/py" "$wheels"/*.whl > "$out/pip.log" 2>&1; then
+    # The same transformer forward through diffusers (bf16, torch's SDPA) in the same run.
+    # Random weights on both sides, made on the GPU.
+    echo "== stage 3: ditbatch bench against diffusers, 1024^2, true CFG =="
+    PYTHONPATH="$work/py${PYTHONPATH:+:$PYTHONPATH}" PYTHON="$py" BACKEND=cuda CONFIG=real SIZE=1024x1024 STEPS=3 \
+      WARMUP=1 ROUNDS=1 timeout 240 bash tools/bench/compare_dit.sh "$work/bin/ditbatch" -- --cfg \
+      > "$out/compare-dit.log" 2>&1
     rc=$?
-    tail -30 "$out/bench-gemm.log"
-    note "bench without cuDNN: rc $rc"
+    tail -25 "$out/compare-dit.log"
+    note "ditbatch vs diffusers: rc $rc; $(grep -m1 '^ratio ditbatch/diffusers' "$out/compare-dit.log" || echo 'no ratio')"
+  else
+    echo "== stage 3: ditbatch bench at 1024^2, true CFG (no diffusers wheel carried or pip failed: see pip.log) =="
+    timeout 180 "$work/bin/ditbatch" bench dit --config real --size 1024x1024 --steps 4 --cfg --backend cuda > "$out/ditbatch-bench.log" 2>&1
+    rc=$?
+    tail -30 "$out/ditbatch-bench.log"
+    note "ditbatch bench: rc $rc (diffusers comparison skipped)"
   fi
 fi
 if want 4; then
-  if [[ -x $work/bin/ditbatch ]] && "$work/bin/ditbatch" bench --help > /dev/null 2>&1; then
-    wheels=build-device/carry/wheels
-    if [[ -n $py ]] && ls "$wheels"/diffusers-*.whl > /dev/null 2>&1 &&
-       "$py" -m pip install --quiet --no-index --no-deps --target "$work/py" "$wheels"/*.whl > "$out/pip.log" 2>&1; then
-      # The same transformer forward through diffusers (bf16, torch's SDPA) in the same run:
-      # the ratio of issue #9. Random weights on both sides, made on the GPU.
-      echo "== stage 4: ditbatch bench against diffusers, 1024^2, true CFG =="
-      PYTHONPATH="$work/py${PYTHONPATH:+:$PYTHONPATH}" PYTHON="$py" BACKEND=cuda CONFIG=real SIZE=1024x1024 STEPS=3 \
-        WARMUP=1 ROUNDS=1 timeout 240 bash tools/bench/compare_dit.sh "$work/bin/ditbatch" -- --cfg \
-        > "$out/compare-dit.log" 2>&1
-      rc=$?
-      tail -25 "$out/compare-dit.log"
-      note "ditbatch vs diffusers: rc $rc; $(grep -m1 '^ratio ditbatch/diffusers' "$out/compare-dit.log" || echo 'no ratio')"
-    else
-      echo "== stage 4: ditbatch bench (no diffusers wheel carried or pip failed: see pip.log) =="
-      timeout 180 "$work/bin/ditbatch" bench dit --config real --size 1024x1024 --steps 4 --cfg --backend cuda > "$out/ditbatch-bench.log" 2>&1
-      rc=$?
-      tail -30 "$out/ditbatch-bench.log"
-      note "ditbatch bench: rc $rc (diffusers comparison skipped)"
-    fi
-  else
-    note "ditbatch bench: not in this build (skipped)"
-  fi
+  echo "== stage 4: ditbatch_cuda_bench =="
+  timeout 300 "$work/bin/ditbatch_cuda_bench" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
+  rc=$?
+  grep -vE '^\|' "$out/bench.log" | tail -60
+  note "cuda_bench: rc $rc$([[ $rc == 124 ]] && echo ' (TIMED OUT)')"
 fi
 
 echo
 echo "== summary ($(elapsed) s in all; logs in $out) =="
 for line in "${summary[@]}"; do echo "$line"; done
-if [[ -f $out/metrics.txt ]]; then
-  echo "-- key figures --"
-  grep -hE 'golden|gemm\.cublaslt\.M256|attention\.(dit_like|vae_1024)|device_mallocs' "$out/metrics.txt" | sed 's/^\[cuda-metric\] /  /' | head -40
-fi
-for f in "$out/bench.log" "$out/bench-gemm.log"; do
-  [[ -f $f ]] && sed -n '/^== summary/,$p' "$f"
-done
+[[ -f $out/selftest.log ]] && { echo "-- selftest --"; sed -n '/^  ops /,$p' "$out/selftest.log" | head -60; }
+[[ -f $out/bench.log ]] && sed -n '/^== summary/,$p' "$out/bench.log"

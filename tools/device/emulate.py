@@ -12,7 +12,12 @@ launch-configuration limits of a real device are not exercised. What it does pro
 the kernels' indexing, reductions, barriers, shuffles and masks compute the same functions as
 the CPU backend, and that the backend's dispatch works end to end (the golden pipelines).
 
-Usage: python3 tools/device/emulate.py [--asan] [--core-build DIR] [--build DIR] [-- gtest args]
+It also links the app layer (src/app) into an emulated `ditbatch` (build-emu/ditbatch), so
+that `ditbatch selftest --backend cuda` runs its CUDA half here before any GPU sees it:
+--selftest "ARGS" runs it with those arguments after (or, with --no-tests, instead of) the tests.
+
+Usage: python3 tools/device/emulate.py [--asan] [--core-build DIR] [--build DIR] [--no-tests]
+                                       [--selftest "ARGS"] [-- gtest args]
 The core library and the link line come from a CMake build (default build-cuda).
 Default gtest filter: every CUDA test except the 16,384-token attention (too slow emulated).
 """
@@ -27,7 +32,7 @@ EMU = os.path.join(ROOT, "tools", "device", "emu")
 KERNELS = os.path.join(ROOT, "kernels")
 HOST_SOURCES = ["cuda_backend.cpp", "cuda_memory.cpp", "cuda_check.cpp"]  # gemm.cpp, attention_cudnn.cpp: stubs
 SKIPPED_CU = {"cuda_device.cu"}  # stubbed in emu_stubs.cpp
-TESTS = ["test_cuda_ops.cpp", "test_cuda_pipeline.cpp", "op_cases.cpp"]
+TESTS = ["test_cuda_ops.cpp", "test_cuda_pipeline.cpp"]
 DEFAULT_FILTER = "*Cuda*:-*CudaAttentionLarge*"
 
 
@@ -42,6 +47,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build-emu"))
     ap.add_argument("--asan", action="store_true", help="AddressSanitizer on the kernels, backend and tests")
     ap.add_argument("--jobs", default="2")
+    ap.add_argument("--no-tests", action="store_true", help="build, but run no gtest")
+    ap.add_argument("--selftest", help="then run the emulated `ditbatch selftest` with these arguments")
     ap.add_argument("gtest", nargs="*")
     args = ap.parse_args()
     core = os.path.abspath(args.core_build)
@@ -53,7 +60,9 @@ def main():
     # in place of the toolkit's.
     compile_line = [l for l in ninja_commands(core, "tests/CMakeFiles/ditbatch_tests.dir/unit/test_cuda_ops.cpp.o")
                     if "test_cuda_ops.cpp" in l][-1]
-    words = shlex.split(compile_line)[1:]
+    words = shlex.split(compile_line)
+    while words and not words[0].startswith("-"):  # the compiler (and a launcher such as ccache)
+        words = words[1:]
     cleaned, i = [], 0
     while i < len(words):
         w = words[i]
@@ -97,33 +106,51 @@ def main():
         sources.append(("cxx", os.path.join(KERNELS, name), None))
     for name in ("emu_runtime.cpp", "emu_stubs.cpp"):
         sources.append(("cxx", os.path.join(EMU, name), None))
+    app_dir = os.path.join(ROOT, "src", "app")
+    app_sources = sorted(f for f in os.listdir(app_dir) if f.endswith(".cpp") and f != "main.cpp")
+    for name in app_sources:
+        sources.append(("cxx", os.path.join(app_dir, name), None))
     for name in TESTS:
         sources.append(("cxx", os.path.join(ROOT, "tests", "unit", name), None))
 
-    n = ["rule transform", f"  command = python3 {EMU}/transform.py $in > $out", "",
+    n = ["rule transform", f"  command = python3 {EMU}/transform.py $in > $out", "  description = emulate $in", "",
          "rule cxx", f"  command = c++ {' '.join(shlex.quote(f) for f in flags)} -MD -MF $out.d -c $in -o $out",
-         "  depfile = $out.d", "  deps = gcc", "",
-         "rule link", f"  command = c++ -o $out $in {' '.join(shlex.quote(l) for l in libs)}", ""]
-    objects = []
+         "  depfile = $out.d", "  deps = gcc", "  description = c++ $in", "",
+         "rule link", f"  command = c++ -o $out $in {' '.join(shlex.quote(l) for l in libs)}", "  description = link $out", "",
+         "rule link_app", f"  command = c++ -o $out $in {' '.join(shlex.quote(l) for l in libs if 'gtest' not in l)}",
+         "  description = link $out", ""]
+    objects, test_objects = [], []
     for kind, src, out in sources:
         if kind == "transform":
             n.append(f"build {out}: transform {src} | {EMU}/transform.py")
             src = out
         obj = os.path.join(build, "obj", os.path.basename(src) + ".o")
         n.append(f"build {obj}: cxx {src}")
-        objects.append(obj)
+        (test_objects if os.path.basename(src) in TESTS else objects).append(obj)
+    core_lib = os.path.join(core, "libditbatch_core.a")
     exe = os.path.join(build, "ditbatch_cuda_emulated_tests")
-    n.append(f"build {exe}: link {' '.join(objects)} | {os.path.join(core, 'libditbatch_core.a')}")
+    n.append(f"build {exe}: link {' '.join(test_objects + objects)} | {core_lib}")
+    main_obj = os.path.join(build, "obj", "main.cpp.o")
+    n.append(f"build {main_obj}: cxx {os.path.join(app_dir, 'main.cpp')}")
+    ditbatch = os.path.join(build, "ditbatch")
+    n.append(f"build {ditbatch}: link_app {main_obj} {' '.join(objects)} | {core_lib}")
     with open(os.path.join(build, "build.ninja"), "w") as f:
         f.write("\n".join(n) + "\n")
     subprocess.run(["ninja", "-C", build, "-j", args.jobs], check=True)
 
-    gtest = args.gtest or ["--gtest_filter=" + DEFAULT_FILTER]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     if args.asan:
         env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "detect_leaks=0:detect_stack_use_after_return=0")
-    print("running", exe, *gtest, flush=True)
-    return subprocess.run([exe] + gtest, env=env).returncode
+    rc = 0
+    if not args.no_tests:
+        gtest = args.gtest or ["--gtest_filter=" + DEFAULT_FILTER]
+        print("running", exe, *gtest, flush=True)
+        rc = subprocess.run([exe] + gtest, env=env).returncode
+    if args.selftest is not None:
+        command = [ditbatch, "selftest"] + shlex.split(args.selftest)
+        print("running", *command, flush=True)
+        rc = rc or subprocess.run(command, env=env).returncode
+    return rc
 
 
 if __name__ == "__main__":

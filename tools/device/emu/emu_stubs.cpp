@@ -17,6 +17,7 @@ std::string cuda_describe_devices() { return "0: CPU emulation of a CUDA device 
 std::string cuda_library_versions() { return "emulated: no cudart, cuBLASLt or cuDNN"; }
 std::string cuda_library_paths() { return ""; }
 std::string cuda_kernel_image_check() { return ""; }
+std::string cuda_device_uuid(int) { return "e0000000000000000000000000000000"; }
 
 namespace cuda {
 

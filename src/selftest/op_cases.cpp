@@ -1,4 +1,4 @@
-#include "op_cases.h"
+#include "selftest/op_cases.h"
 
 #include <fmt/format.h>
 
@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "test_util.h"
+#include "selftest/random_inputs.h"
 
-namespace ditbatch::test {
+namespace ditbatch::selftest {
 
 namespace {
 
@@ -741,4 +741,4 @@ std::string shape_mistake_failure(Backend& be, const ShapeMistake& mistake) {
   return fmt::format("{} accepted the call", be.name());
 }
 
-}  // namespace ditbatch::test
+}  // namespace ditbatch::selftest

@@ -9,7 +9,7 @@
 
 #include "core/backend.h"
 
-namespace ditbatch::test {
+namespace ditbatch::selftest {
 
 // How an input travels to a backend.
 enum class InputKind {
@@ -63,4 +63,4 @@ struct NonfiniteCase {
 };
 std::vector<NonfiniteCase> nonfinite_cases();
 
-}  // namespace ditbatch::test
+}  // namespace ditbatch::selftest

@@ -1,0 +1,159 @@
+#include "selftest/pipeline_check.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "io/convert.h"
+#include "io/h5.h"
+#include "model/tiny_pipeline.h"
+
+namespace ditbatch::selftest {
+
+ImageAgreement compare_images(const GeneratedImage& image, const Tensor& reference_latents,
+                              const std::vector<uint8_t>& reference_rgb) {
+  ImageAgreement a;
+  if (!image.ok) {
+    a.error = image.error;
+    return a;
+  }
+  const Tensor got = image.latents.to_f32(), ref = reference_latents.to_f32();
+  if (got.numel() != ref.numel() || image.rgb.size() != reference_rgb.size()) {
+    a.error = fmt::format("latents {} / image {} values where the reference has {} / {}", got.numel(),
+                          image.rgb.size(), ref.numel(), reference_rgb.size());
+    return a;
+  }
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double x = got.data<float>()[i], y = ref.data<float>()[i];
+    a.nonfinite += !std::isfinite(x);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  a.latents_nmse = den > 0 ? num / den : num;
+  int64_t equal = 0;
+  double mse = 0;
+  for (size_t i = 0; i < reference_rgb.size(); ++i) {
+    const int64_t d = std::abs(int64_t{image.rgb[i]} - int64_t{reference_rgb[i]});
+    equal += d == 0;
+    a.max_pixel_diff = std::max(a.max_pixel_diff, d);
+    mse += static_cast<double>(d * d);
+  }
+  const double n = static_cast<double>(std::max<size_t>(reference_rgb.size(), 1));
+  mse /= n;
+  a.equal_fraction = static_cast<double>(equal) / n;
+  a.psnr_db = mse > 0 ? 10.0 * std::log10(255.0 * 255.0 / mse) : 99.0;
+  return a;
+}
+
+ImageBound image_bound(DType act, bool bitwise) {
+  if (bitwise) return {0.0, 99.0, 0};
+  // bf16: one rounding per op over ~100 ops; these bounds catch a broken kernel, not grade bf16.
+  return act == DType::F32 ? ImageBound{1e-7, 50.0, 255} : ImageBound{1e-3, 30.0, 255};
+}
+
+std::string image_failure(const ImageAgreement& a, const ImageBound& bound) {
+  if (!a.error.empty()) return a.error;
+  if (a.nonfinite > 0) return fmt::format("{} NaN/Inf value(s) in the latents", a.nonfinite);
+  if (!(a.latents_nmse <= bound.latents_nmse))
+    return fmt::format("latents nmse {:.3g} above {:.3g}", a.latents_nmse, bound.latents_nmse);
+  if (!(a.psnr_db >= bound.psnr_db)) return fmt::format("image PSNR {:.1f} dB below {:.0f} dB", a.psnr_db, bound.psnr_db);
+  if (a.max_pixel_diff > bound.max_pixel_diff)
+    return fmt::format("a pixel value differs by {}, more than {}", a.max_pixel_diff, bound.max_pixel_diff);
+  return "";
+}
+
+std::vector<ImageJob> tiny_pipeline_jobs() {
+  std::vector<ImageJob> jobs(2);
+  jobs[0].prompt = "a cat";
+  jobs[1].prompt = "a lighthouse on a rocky coast at dawn, gulls over the waves, oil painting";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ImageJob& j = jobs[i];
+    j.index = static_cast<int64_t>(i);
+    j.negative_prompt = " ";
+    j.seed = 42 + i;
+    j.width = i == 0 ? 64 : 48;
+    j.height = i == 0 ? 48 : 64;
+    j.steps = 3;
+    j.cfg = 4.0f;
+    j.true_cfg = true;
+    j.file_stem = fmt::format("{:06d}-selftest", i);
+    j.origin = "selftest";
+  }
+  return jobs;
+}
+
+void write_tiny_model(const std::string& path, const std::string& tokenizer_dir) {
+  TinyPipelineOptions o;
+  o.out = path;
+  o.seed = 5;
+  o.tokenizer_dir = tokenizer_dir;
+  make_tiny_pipeline(o, Log::quiet());
+}
+
+std::vector<GeneratedImage> run_pipeline(Backend& be, const WeightStore& weights, const std::vector<ImageJob>& jobs,
+                                         const Log& log) {
+  QwenImagePipeline pipeline(be, weights, log);
+  std::vector<PromptEmbedding> prompts, negatives;
+  for (const auto& j : jobs) {
+    prompts.push_back(pipeline.encode_prompt(j.prompt));
+    negatives.push_back(j.true_cfg ? pipeline.encode_prompt(j.negative_prompt) : PromptEmbedding{});
+  }
+  pipeline.load_denoiser(jobs);  // conditioning at load, as generate does
+  std::vector<GeneratedImage> images;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    StageTimes times;
+    images.push_back(pipeline.generate(jobs[i], prompts[i], jobs[i].true_cfg ? &negatives[i] : nullptr, nullptr, times));
+  }
+  return images;
+}
+
+std::string find_goldens() {
+  const std::string dir = std::string(DITBATCH_SOURCE_DIR) + "/tests/data/golden";
+  return file_exists(dir + "/pipeline.h5") && file_exists(dir + "/tiny-pipeline/model_index.json") ? dir : "";
+}
+
+ImageJob golden_job(const h5::Group& g) {
+  ImageJob job;
+  job.prompt = g.attr_string("prompt");
+  job.negative_prompt = g.attr_string("negative_prompt");
+  job.seed = static_cast<uint64_t>(g.attr_int("seed"));
+  job.width = g.attr_int("width");
+  job.height = g.attr_int("height");
+  job.steps = g.attr_int("steps");
+  job.cfg = static_cast<float>(g.attr_double("true_cfg_scale"));
+  job.true_cfg = g.attr_int("true_cfg") != 0;
+  return job;
+}
+
+std::vector<GoldenCase> golden_cases(const std::string& goldens, bool quick) {
+  h5::File f = h5::File::open_read(goldens + "/pipeline.h5");
+  const h5::Group cases = f.root().open_group("cases");
+  std::vector<GoldenCase> out;
+  const std::vector<std::string> names = cases.members();
+  for (size_t i = 0; i < names.size(); i += quick ? 6 : 3) {
+    const h5::Group g = cases.open_group(names[i]);
+    GoldenCase c;
+    c.job = golden_job(g);
+    c.job.index = static_cast<int64_t>(i);
+    c.job.file_stem = "golden-" + names[i];
+    c.latents = g.read_tensor("final_latents").to_f32();
+    c.latents = c.latents.view({c.latents.numel() / c.latents.dim(-1), c.latents.dim(-1)});  // [1, S, 64] -> [S, 64]
+    const Tensor rgb = g.read_tensor("image_uint8");
+    c.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void convert_golden_model(const std::string& goldens, const std::string& path) {
+  ConvertOptions o;
+  o.from = goldens + "/tiny-pipeline";
+  o.to = path;
+  convert_diffusers(o, Log::quiet());
+}
+
+}  // namespace ditbatch::selftest

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CUDA backend proven without a GPU, at every commit: kernels/*.cu compiled as C++ against
+# a CPU emulation of the CUDA execution model (tools/device/emulate.py: fibers for threads,
+# real barriers and warp shuffles, cuBLASLt replaced by our reference GEMM kernel, no cuDNN)
+# and run through the real CudaBackend:
+#   - every op case in bf16 and f32 mode against the CPU backend, the shape contract, the NaN
+#     count, the dtype combinations, the allocator (CudaOps, CudaShapeMistakes, CudaDtypes,
+#     CudaMemory), the attention paths (gemm, flash) and the im2col convolution;
+#   - the tiny golden models against diffusers: the whole pipeline in f32 mode (where an
+#     indexing bug shows far above rounding), each model and the CFG batch in bf16 mode;
+#   - `ditbatch selftest --backend cuda --quick` through the emulated backend: the command's
+#     CUDA half runs here before any GPU sees it.
+# It proves indexing, reductions, barriers, masks and dispatch; not speed, cuBLASLt or cuDNN
+# (the cudnn_graphs.* tests check the cuDNN graphs against cuDNN's own heuristics).
+# usage: tools/ci/emulate.sh [CORE_BUILD]   (a CMake build with CUDA; default build)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+core=${1:-build}
+if ! grep -q '^DITBATCH_CUDA:BOOL=ON' "$core/CMakeCache.txt" 2>/dev/null; then
+  echo "SKIP: $core is not a CUDA build (no nvcc?): the emulated CUDA tests need its flags"
+  exit 0
+fi
+filter='*CudaOps*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash'
+filter+=':*CudaConv.*_im2col:*CudaGolden.WholePipeline/f32:*CudaGolden.*/bf16:-*CudaGolden.WholePipeline/bf16'
+exec python3 tools/device/emulate.py --core-build "$core" --build build-emu \
+  --selftest "--backend cuda --quick --no-measure" -- --gtest_filter="$filter"
