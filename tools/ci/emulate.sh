@@ -9,7 +9,10 @@
 #   - the tiny golden models against diffusers: the whole pipeline in f32 mode (where an
 #     indexing bug shows far above rounding), each model and the CFG batch in bf16 mode;
 #   - `ditbatch selftest --backend cuda --quick` through the emulated backend: the command's
-#     CUDA half runs here before any GPU sees it.
+#     CUDA half runs here before any GPU sees it;
+#   - `ditbatch generate --backend cuda` (its GPU check before the weights, the memory check,
+#     the conditioning at load, the latents-to-PNG ops) against the same command on the CPU
+#     backend: PNG PSNR by tools/device/compare_pngs.py, as tools/device/check.sh does on a GPU.
 # It proves indexing, reductions, barriers, masks and dispatch; not speed, cuBLASLt or cuDNN
 # (the cudnn_graphs.* tests check the cuDNN graphs against cuDNN's own heuristics).
 # usage: tools/ci/emulate.sh [CORE_BUILD]   (a CMake build with CUDA; default build)
@@ -22,5 +25,20 @@ if ! grep -q '^DITBATCH_CUDA:BOOL=ON' "$core/CMakeCache.txt" 2>/dev/null; then
 fi
 filter='*CudaOps*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash'
 filter+=':*CudaConv.*_im2col:*CudaGolden.WholePipeline/f32:*CudaGolden.*/bf16:-*CudaGolden.WholePipeline/bf16'
-exec python3 tools/device/emulate.py --core-build "$core" --build build-emu \
+python3 tools/device/emulate.py --core-build "$core" --build build-emu \
   --selftest "--backend cuda --quick --no-measure" -- --gtest_filter="$filter"
+
+work=$(mktemp -d /tmp/ditbatch-emulate-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 48}\n' \
+  > "$work/prompts.jsonl"
+"$core/ditbatch" make-tiny --out "$work/tiny.h5" > /dev/null
+for backend in cuda cpu; do
+  exe=$core/ditbatch
+  [ "$backend" = cuda ] && exe=build-emu/ditbatch
+  "$exe" generate --weights "$work/tiny.h5" --prompts "$work/prompts.jsonl" --out "$work/$backend" --width 64 \
+    --height 48 --steps 4 --backend "$backend" > "$work/$backend.log" 2>&1 || { cat "$work/$backend.log"; exit 1; }
+done
+grep -q "the quick op cases agree with the CPU" "$work/cuda.log" || { cat "$work/cuda.log"; echo "FAIL: no GPU check"; exit 1; }
+grep -E "quick op cases|summary" "$work/cuda.log"
+python3 tools/device/compare_pngs.py "$work/cpu" "$work/cuda"
