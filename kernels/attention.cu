@@ -136,23 +136,39 @@ __global__ void __launch_bounds__(kFlashWarps * 32)
   }
 }
 
-// One warp per row of S [rows = heads x nq, kl]: P = softmax(S) over the valid keys (j <= the
-// row's query index when causal), 0 elsewhere; fp32 math, P stored in T.
+// One warp per row of S [rows = heads x nq, kl valid columns, row stride ld]: P = softmax(S)
+// over the valid keys (j <= the row's query index when causal), 0 elsewhere; fp32 math, P stored
+// in T. Two passes over the row: an online max and sum (each lane rescales its sum when its
+// maximum grows; the lanes' pairs combine in the warp reduction), then P. At 1024^2 a row is
+// ~4,200 fp32 scores and S ~1.6 GB per chunk: a third pass would read it all once more.
 template <typename T>
 __global__ void softmax_rows_kernel(const float* __restrict__ scores, T* __restrict__ probs, int64_t rows,
-                                    int64_t nq, int64_t kl, int64_t i0, bool causal) {
+                                    int64_t nq, int64_t kl, int64_t ld, int64_t i0, bool causal) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int64_t valid = causal ? min(kl, i0 + row % nq + 1) : kl;
-  const float* s = scores + row * kl;
-  T* p = probs + row * kl;
-  float mx = -CUDART_INF_F;
-  for (int64_t j = lane; j < valid; j += 32) mx = fmaxf(mx, s[j]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int64_t j = lane; j < valid; j += 32) sum += expf(s[j] - mx);
-  const float inv = 1.0f / warp_sum(sum);
+  const float* s = scores + row * ld;
+  T* p = probs + row * ld;
+  float mx = -CUDART_INF_F, sum = 0.0f;
+  for (int64_t j = lane; j < valid; j += 32) {
+    const float x = s[j];
+    if (x > mx) {
+      sum = sum * expf(mx - x) + 1.0f;
+      mx = x;
+    } else {
+      sum += expf(x - mx);
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {  // combine (max, sum) pairs across the warp
+    const float other_mx = __shfl_xor_sync(0xffffffffu, mx, offset);
+    const float other_sum = __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float m = fmaxf(mx, other_mx);
+    sum = (mx == -CUDART_INF_F ? 0.0f : sum * expf(mx - m)) +
+          (other_mx == -CUDART_INF_F ? 0.0f : other_sum * expf(other_mx - m));
+    mx = m;
+  }
+  const float inv = 1.0f / sum;
   for (int64_t j = lane; j < kl; j += 32) p[j] = from_f<T>(j < valid ? expf(s[j] - mx) * inv : 0.0f);
 }
 
@@ -215,17 +231,23 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
   check_attention("gemm", s);
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t G = s.H / s.Hkv;
-  // S (f32) and P (dtype) for `chunk` query rows of every head: ~1 GiB at most.
-  const int64_t per_row = s.H * s.Lk * (4 + es);
+  // S (f32) and P (dtype) for `chunk` query rows of every head: ~1 GiB at most. Their rows are
+  // padded to a multiple of 8 elements (32 bytes of S, 16 of P in bf16): with the leading
+  // dimension kl itself cuBLASLt may not use its TMA kernels for a joint length L + S that is
+  // not a multiple of 16 bytes.
+  auto padded = [](int64_t n) { return (n + 7) / 8 * 8; };
+  const int64_t per_row = s.H * padded(s.Lk) * (4 + es);
   int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(s.Lq, (int64_t{1} << 30) / per_row));
   if (chunk > 64 && chunk < s.Lq) chunk = chunk / 64 * 64;
-  DeviceBlock scores = ctx.scratch(static_cast<size_t>(s.H * chunk * s.Lk * 4), "attention (gemm): scores");
-  DeviceBlock probs = ctx.scratch(static_cast<size_t>(s.H * chunk * s.Lk * es), "attention (gemm): probabilities");
+  DeviceBlock scores = ctx.scratch(static_cast<size_t>(s.H * chunk * padded(s.Lk) * 4), "attention (gemm): scores");
+  DeviceBlock probs =
+      ctx.scratch(static_cast<size_t>(s.H * chunk * padded(s.Lk) * es), "attention (gemm): probabilities");
   const char* qb = static_cast<const char*>(q);
   char* ob = static_cast<char*>(o);
   for (int64_t i0 = 0; i0 < s.Lq; i0 += chunk) {
     const int64_t nq = std::min(chunk, s.Lq - i0);
     const int64_t kl = s.causal ? std::min(s.Lk, i0 + nq) : s.Lk;  // later keys are all masked
+    const int64_t ld = padded(kl);
     // S_h = scale Q_h K_g^T for the heads h = g G + b of each kv head g, batched over g.
     for (int64_t b = 0; b < G; ++b) {
       GemmCall c;
@@ -235,10 +257,10 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
       c.k = s.Dh;
       c.a = GemmOperand{k, dtype, true, s.Hkv * s.Dh, s.Dh};
       c.b = GemmOperand{qb + ((i0 * s.H + b) * s.Dh) * es, dtype, false, s.H * s.Dh, G * s.Dh};
-      c.d = scores.as<float>() + b * nq * kl;
+      c.d = scores.as<float>() + b * nq * ld;
       c.d_dtype = DType::F32;
-      c.ldd = kl;
-      c.d_batch_stride = G * nq * kl;
+      c.ldd = ld;
+      c.d_batch_stride = G * nq * ld;
       c.batch = static_cast<int>(s.Hkv);
       c.alpha = s.scale;
       ctx.gemm->run(ctx, c);
@@ -247,7 +269,7 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
     dispatch_float(dtype, "attention (gemm)", "q, k, v", [&](auto t) {
       using T = decltype(t);
       softmax_rows_kernel<T><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(scores.as<float>(), probs.as<T>(),
-                                                                                rows, nq, kl, i0, s.causal);
+                                                                                rows, nq, kl, ld, i0, s.causal);
     });
     ctx.launched("attention (gemm): softmax");
     // O_h = P_h V_g, written straight into o [Lq, H, Dh].
@@ -258,7 +280,7 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
       c.n = nq;
       c.k = kl;
       c.a = GemmOperand{v, dtype, false, s.Hkv * s.Dh, s.Dh};
-      c.b = GemmOperand{probs.as<char>() + (b * nq * kl) * es, dtype, false, kl, G * nq * kl};
+      c.b = GemmOperand{probs.as<char>() + (b * nq * ld) * es, dtype, false, ld, G * nq * ld};
       c.d = ob + ((i0 * s.H + b) * s.Dh) * es;
       c.d_dtype = dtype;
       c.ldd = s.H * s.Dh;

@@ -228,6 +228,7 @@ struct CudaBackend::Impl {
   }
 
   void wait(const char* what) {
+    allocator->raise_deferred();
     cudaError_t err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess)
       cuda::check(err, fmt::format("{}: a CUDA operation failed (asynchronous errors surface here; rerun with "

@@ -82,7 +82,24 @@ void* DeviceAllocator::carve(size_t size, const char* what) {
   return ptr;
 }
 
+void DeviceAllocator::defer(cudaError_t err, const char* call) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // not left for the next launch to be blamed for
+  if (deferred_.empty())
+    deferred_ = cat(call, " failed: CUDA error ", static_cast<int>(err), " (", cudaGetErrorName(err),
+                    "): ", cudaGetErrorString(err));
+}
+
+void DeviceAllocator::raise_deferred() {
+  if (deferred_.empty()) return;
+  const std::string message = std::move(deferred_);
+  deferred_.clear();
+  fail(cat(message, " (an earlier call that could not report it then; rerun with DITBATCH_CUDA_SYNC=1 to see "
+                    "which op freed the memory)"));
+}
+
 DeviceBlock DeviceAllocator::allocate(size_t bytes, const char* what, bool exact) {
+  raise_deferred();
   // Every size is a multiple of 256, so slab-carved blocks stay 256-byte aligned.
   const size_t size = exact ? (std::max<size_t>(bytes, 1) + 511) / 512 * 512 : size_class(bytes);
   void* ptr = nullptr;
@@ -105,8 +122,9 @@ void DeviceAllocator::release(void* ptr, size_t bytes) {
   stats_.in_use -= bytes;
   if (auto it = exact_.find(ptr); it != exact_.end()) {  // a weight: back to the device
     exact_.erase(it);
-    cudaStreamSynchronize(stream_);  // queued kernels may still read it
-    cudaFree(ptr);  // destructors must not throw; a failing cudaFree leaves nothing to recover
+    // queued kernels may still read it
+    defer(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before giving a weight back");
+    defer(cudaFree(ptr), "cudaFree of a weight");
     stats_.reserved -= bytes;
     return;
   }
@@ -114,11 +132,12 @@ void DeviceAllocator::release(void* ptr, size_t bytes) {
 }
 
 void DeviceAllocator::release_cached() {
-  cudaStreamSynchronize(stream_);  // queued kernels may still use a freed block
+  // queued kernels may still use a freed block
+  defer(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before giving cached blocks back");
   for (auto& [size, blocks] : free_) {
     if (size < kSmall) continue;  // slab pieces: they stay cached
     for (void* p : blocks) {
-      cudaFree(p);  // destructors must not throw; a failing cudaFree leaves nothing to recover
+      defer(cudaFree(p), "cudaFree of a cached block");
       stats_.reserved -= size;
     }
     blocks.clear();

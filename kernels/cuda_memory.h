@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -76,6 +77,11 @@ class DeviceAllocator {
   // The stream is about to be destroyed (tensors may outlive the backend): use the default one.
   void detach_stream() { stream_ = nullptr; }
   bool poison() const { return poison_; }
+  // A failure of a call made where nothing may throw (cudaFree and cudaStreamSynchronize in
+  // release(), which destructors call) is kept with the call's name and raised here, at the
+  // next checked call (allocate() calls it too): left in CUDA's error state it would be blamed
+  // on the next kernel launch (or switch a cuDNN path off).
+  void raise_deferred();
   static size_t size_class(size_t bytes);
 
  private:
@@ -83,6 +89,7 @@ class DeviceAllocator {
   static constexpr size_t kSlab = size_t{32} << 20;
   void* carve(size_t size, const char* what);
   void* device_malloc(size_t size, const char* what);
+  void defer(cudaError_t err, const char* call);
 
   int device_;
   cudaStream_t stream_;
@@ -93,6 +100,7 @@ class DeviceAllocator {
   char* slab_next_ = nullptr;
   size_t slab_left_ = 0;
   MemoryStats stats_;
+  std::string deferred_;  // the first failure of a call that could not throw
 };
 
 // Page-locked host buffers for uploads: two halves used in turn, each guarded by an event, so

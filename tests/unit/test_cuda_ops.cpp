@@ -22,6 +22,10 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#ifdef DITBATCH_CUDA_EMULATION
+#include <cuda_runtime.h>  // the emulation's: emuFailNextFree
+#endif
+
 #include "app/cuda_checks.h"
 #include "cuda_test_util.h"
 #include "selftest/op_cases.h"
@@ -331,5 +335,28 @@ TEST(CudaMemory, FreedWeightsGoBackToTheDevice) {
   a = Tensor();
   EXPECT_EQ(be->stats().bytes_reserved, with_activation) << "activations stay cached for reuse";
 }
+
+#ifdef DITBATCH_CUDA_EMULATION
+// A cudaFree that fails where nothing may throw (a weight freed in a destructor) is reported by
+// the next checked call, naming cudaFree, instead of staying in CUDA's error state to be blamed
+// on the next kernel launch; after it, the backend works on. (Emulation only: a real GPU's
+// cudaFree cannot be made to fail on purpose.)
+TEST(CudaMemory, AFailedFreeIsReportedNamingIt) {
+  auto be = make_backend(DType::BF16);
+  {
+    Tensor w = be->upload_weight(test::random_tensor({1024, 1024}, 621, 0.1f));  // exact: freed to the device
+    emuFailNextFree(cudaErrorInvalidValue);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error was left for the next launch";
+  try {
+    be->synchronize();
+    ADD_FAILURE() << "the failed cudaFree was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaFree of a weight failed"), std::string::npos) << e.what();
+  }
+  Tensor x = be->upload(test::random_tensor({4, 8}, 622), DType::BF16);
+  EXPECT_EQ(count_non_finite(be->to_host_f32(be->silu(x))), 0);
+}
+#endif
 
 #endif  // DITBATCH_HAVE_CUDA

@@ -75,7 +75,7 @@ def main():
         if w != "-MD" and not w.endswith(".cpp"):
             cleaned.append(w)
         i += 1
-    flags = ["-I" + os.path.join(EMU, "include"), "-I" + KERNELS] + cleaned + [
+    flags = ["-I" + os.path.join(EMU, "include"), "-I" + KERNELS, "-DDITBATCH_CUDA_EMULATION=1"] + cleaned + [
         "-g", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-fno-omit-frame-pointer"]
     if args.asan:
         flags += ["-fsanitize=address"]

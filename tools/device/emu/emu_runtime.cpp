@@ -345,9 +345,14 @@ cudaError_t cudaMalloc(void** p, size_t n) {
   allocated += n;
   return cudaSuccess;
 }
+static cudaError_t next_free_error = cudaSuccess;
+void emuFailNextFree(cudaError_t err) { next_free_error = err; }
 cudaError_t cudaFree(void* p) {
   std::free(p);
-  return cudaSuccess;
+  const cudaError_t err = next_free_error;
+  next_free_error = cudaSuccess;
+  if (err != cudaSuccess) emu::last_error = err;
+  return err;
 }
 cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMalloc(p, n); }
 cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }

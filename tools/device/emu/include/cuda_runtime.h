@@ -53,6 +53,9 @@ struct cudaFuncAttributes {
 const char* cudaGetErrorString(cudaError_t);
 const char* cudaGetErrorName(cudaError_t);
 cudaError_t cudaGetLastError();
+// Emulation only: the next cudaFree (which still frees) returns `err` and leaves it as the last
+// error, as a failing call does on a GPU; for tests of the error paths (DITBATCH_CUDA_EMULATION).
+void emuFailNextFree(cudaError_t err);
 cudaError_t cudaGetDeviceCount(int*);
 cudaError_t cudaSetDevice(int);
 cudaError_t cudaGetDevice(int*);
