@@ -297,6 +297,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       if (prompt.available > prompt.tokens)
         log.warn("image {} ({}): the prompt has {} tokens; the first {} are used (--max-sequence-length)", job.index,
                  job.origin, prompt.available, prompt.tokens);
+      log.debug("image {} ({}): denoising, {} steps", job.index, job.file_stem, job.steps);
       image = pipeline.generate(job, prompt, negative ? &*negative : nullptr,
                                 [&](int done, int total) {
                                   progress.step(done, total);

@@ -434,10 +434,11 @@ TEST(Generate, BadInputIsReportedBeforeAnyWork) {
 
 TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   TempDir dir;
-  std::string prompts;  // 16: a signal sent at the first PNG never lands in the last image
+  std::string prompts;
   for (int i = 0; i < 16; ++i) prompts += fmt::format(" --prompt 'p{}'", i);
-  Child run(generate_cmd(dir / "out", prompts), dir / "log.txt");
-  ASSERT_TRUE(run.wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }))
+  Child run(generate_cmd(dir / "out", prompts + " --log-level debug"), dir / "log.txt");
+  // Signalled inside image 1: at most two of the 16 are made, however loaded the machine.
+  ASSERT_TRUE(run.wait_until([&] { return log_has(dir / "log.txt", "image 1 (000001-p1): denoising"); }))
       << test::read_text(dir / "log.txt");
   run.signal(SIGUSR1);
   const int status = run.wait();
@@ -445,7 +446,7 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir / "log.txt");
   EXPECT_NE(test::read_text(dir / "log.txt").find("taking no new images"), std::string::npos);
   const size_t made = pngs_in(dir / "out").size();
-  EXPECT_LT(made, 16u);
+  EXPECT_LE(made, 2u);
   EXPECT_EQ(read_manifest(dir / "out").size(), made);  // the manifest was flushed and merged
   auto resumed = test::run(generate_cmd(dir / "out", prompts));
   EXPECT_EQ(resumed.status, 0);
@@ -457,44 +458,37 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
 TEST(Generate, ASecondSignalAbandonsTheImageBeingFinished) {
   std::string prompts;
   for (int i = 0; i < 4; ++i) prompts += fmt::format(" --prompt 'q{}'", i);
-  // Long images (1000 tiny steps at 256², several seconds), so that the signal sent once the
-  // first PNG exists lands in the next image's steps; when it lands between images (nothing to
-  // finish), try again.
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    TempDir dir;
-    const std::string log_path = dir / "log.txt";
-    Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 {}",
-                                  test::exe(), test::tiny_model(), dir / "out", prompts),
-                      log_path);
-    ASSERT_TRUE(run.wait_until([&] { return fs::exists(dir / "out") && !pngs_in(dir / "out").empty(); }))
-        << test::read_text(log_path);
-    // Two signals at once are one event (preemption's SIGTERM to the ranks and the script's
-    // SIGUSR1): the image is still finished.
-    run.signal(SIGUSR1);
-    run.signal(SIGTERM);
-    ASSERT_TRUE(run.wait_until([&] {
-      return log_has(log_path, "received: finishing image 1 (") || log_has(log_path, "taking no new images");
-    })) << test::read_text(log_path);
-    const bool announced = log_has(log_path, "received: finishing image 1 (");
-    if (announced) {
-      // A second request over a second later abandons the image.
-      std::this_thread::sleep_for(std::chrono::milliseconds(1300));
-      EXPECT_EQ(test::read_text(log_path).find("abandoning"), std::string::npos) << test::read_text(log_path);
-      run.signal(SIGUSR1);
-    }
-    const int status = run.wait();
-    const std::string log = test::read_text(log_path);
-    ASSERT_TRUE(WIFEXITED(status)) << log;
-    EXPECT_EQ(WEXITSTATUS(status), 75) << log;
-    if (!announced) continue;  // landed between images
-    EXPECT_NE(log.find("of 1000 steps left), then stopping; a second signal (a second or more later) abandons it"), std::string::npos) << log;
-    EXPECT_NE(log.find("abandoning image 1 (000001-q1)"), std::string::npos) << log;
-    EXPECT_NE(log.find("stopped by a signal with 3 image(s) left"), std::string::npos) << log;
-    EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-q0.png"}));
-    EXPECT_EQ(read_manifest(dir / "out").size(), 1u);
-    return;
-  }
-  FAIL() << "in 3 attempts the signal never landed inside an image's steps";
+  // Long images (1000 tiny steps at 256², seconds); the signals go once image 1's denoising has
+  // begun (its debug line), so they land in its steps however loaded the machine.
+  TempDir dir;
+  const std::string log_path = dir / "log.txt";
+  Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 "
+                        "--log-level debug {}",
+                        test::exe(), test::tiny_model(), dir / "out", prompts),
+            log_path);
+  ASSERT_TRUE(run.wait_until([&] { return log_has(log_path, "image 1 (000001-q1): denoising"); }))
+      << test::read_text(log_path);
+  // Two signals at once are one event (preemption's SIGTERM to the ranks and the script's
+  // SIGUSR1): the image is still finished.
+  run.signal(SIGUSR1);
+  run.signal(SIGTERM);
+  ASSERT_TRUE(run.wait_until([&] { return log_has(log_path, "received: finishing image 1 ("); }))
+      << test::read_text(log_path);
+  // A second request over a second later abandons the image.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  EXPECT_EQ(test::read_text(log_path).find("abandoning"), std::string::npos) << test::read_text(log_path);
+  run.signal(SIGUSR1);
+  const int status = run.wait();
+  const std::string log = test::read_text(log_path);
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_NE(log.find("of 1000 steps left), then stopping; a second signal (a second or more later) abandons it"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("abandoning image 1 (000001-q1)"), std::string::npos) << log;
+  EXPECT_NE(log.find("stopped by a signal with 3 image(s) left"), std::string::npos) << log;
+  EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-q0.png"}));
+  EXPECT_EQ(read_manifest(dir / "out").size(), 1u);
 }
 
 // The same job started twice (a double sbatch) would make every image twice: the second run
@@ -541,26 +535,22 @@ TEST(Generate, ASecondRunOfTheSameSliceIsRefused) {
 // A signal during the last image leaves nothing to resume: exit 0, not 75 (which makes the
 // job script requeue a finished job).
 TEST(Generate, ASignalDuringTheLastImageEndsTheRunNormally) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    TempDir dir;
-    const std::string log_path = dir / "log.txt";
-    Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 --prompt only",
-                                  test::exe(), test::tiny_model(), dir / "out"),
-                      log_path);
-    // "transformer ... and VAE loaded": then the prompt is encoded and the steps begin
-    ASSERT_TRUE(run.wait_until([&] { return log_has(log_path, "and VAE loaded"); })) << test::read_text(log_path);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into image 0's steps
-    run.signal(SIGUSR1);
-    const int status = run.wait();
-    const std::string log = test::read_text(log_path);
-    if (log.find("received: finishing image 0") == std::string::npos) continue;  // landed before the image
-    ASSERT_TRUE(WIFEXITED(status)) << log;
-    EXPECT_EQ(WEXITSTATUS(status), 0) << log;
-    EXPECT_NE(log.find("1 done, 0 skipped, 0 failed"), std::string::npos) << log;
-    EXPECT_NE(log.find("nothing is left to make"), std::string::npos) << log;
-    return;
-  }
-  FAIL() << "in 3 attempts the signal never landed inside the image's steps";
+  TempDir dir;
+  const std::string log_path = dir / "log.txt";
+  Child run(fmt::format("{} generate --weights {} --out {} --width 256 --height 256 --steps 1000 --threads 1 "
+                        "--log-level debug --prompt only",
+                        test::exe(), test::tiny_model(), dir / "out"),
+            log_path);
+  ASSERT_TRUE(run.wait_until([&] { return log_has(log_path, "image 0 (000000-only): denoising"); }))
+      << test::read_text(log_path);
+  run.signal(SIGUSR1);  // inside image 0's steps
+  const int status = run.wait();
+  const std::string log = test::read_text(log_path);
+  EXPECT_NE(log.find("received: finishing image 0"), std::string::npos) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  EXPECT_NE(log.find("1 done, 0 skipped, 0 failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing is left to make"), std::string::npos) << log;
 }
 
 // A setting given twice takes its last value (the job scripts append DITBATCH_EXTRA_ARGS to
