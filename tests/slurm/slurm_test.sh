@@ -405,8 +405,11 @@ PY
     [ "$(job_field "$jid" JobState)" = FAILED ] || fail "job $jid: $(job_field "$jid" JobState), expected FAILED"
     [ "$(job_field "$jid" Restarts)" = 0 ] || fail "job $jid was requeued after a kill -9"
     grep -q "the step failed" "$work/ditbatch_$jid.out" || fail "batch log: no 'the step failed'"
+    # (job ids start at 1 on every test cluster: another cluster on this machine has a job $jid too)
     for p in $(pgrep -x ditbatch || true); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "SLURM_JOB_ID=$jid" && fail "ditbatch $p of job $jid still runs"
+      env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+      grep -qxF "SLURM_JOB_ID=$jid" <<<"$env_of" && grep -qxF "SLURM_CONF=$SLURM_CONF" <<<"$env_of" &&
+        fail "ditbatch $p of job $jid still runs"
     done
     first=$(count_pngs "$work/out")
     [ "$first" -lt $n ] || fail "the job made every image before the kill: the test proves nothing"
