@@ -212,7 +212,9 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
   expect_f32("linear", w, "w");
   DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
   if (bias) expect_f32("linear", *bias, "bias");
-  const auto [M, N, K] = op_shapes::linear("linear", x, w, bias);
+  // Plain variables, not a structured binding: clang 14 cannot capture one in an OpenMP region.
+  const op_shapes::LinearDims dims = op_shapes::linear("linear", x, w, bias);
+  const int64_t M = dims.M, N = dims.N, K = dims.K;
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y = Tensor::host(out_shape);
