@@ -71,6 +71,28 @@ std::string parse_prompt_line(const std::string& line, int64_t line_number) {
 
 }  // namespace
 
+std::string tokenize_stdin_line(Tokenizer& tokenizer, const PromptTemplate* prompt_template, bool drop,
+                                const std::string& line, int64_t line_number) {
+  std::string output;
+  if (line.find_first_not_of(" \t\r\n") == std::string::npos) return output;  // blank, as in a prompt file
+  try {
+    const std::string text = parse_prompt_line(line, line_number);
+    if (prompt_template) {
+      // max_sequence_length does not matter here: --drop prints every kept id, up to 1024.
+      const PromptTokens tokens = tokenize_prompt(tokenizer, text, *prompt_template, kQwenImageTokenizerMaxLength);
+      append_id_array(output, tokens.ids, drop ? static_cast<size_t>(tokens.keep_first) : 0);
+    } else {
+      append_id_array(output, tokenizer.encode(text), 0);
+    }
+  } catch (const InputError& e) {
+    // Errors from the tokenizer or the template do not know the line; add it.
+    const std::string message = e.what();
+    if (message.starts_with("stdin line ")) throw;
+    fail_input("stdin line {}: {}", line_number, message);
+  }
+  return output;
+}
+
 int cmd_tokenize(const std::vector<std::string>& args) {
   std::string tokenizer_path;
   bool use_template = false;
@@ -102,25 +124,10 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   const PromptTemplate prompt_template = store ? PromptTemplate::from_weights(*store) : PromptTemplate{};
 
   StdinLines lines;
-  std::string line, output;
+  std::string line;
   while (lines.next(line)) {
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank, as in a prompt file
-    try {
-      const std::string text = parse_prompt_line(line, lines.number());
-      output.clear();
-      if (use_template) {
-        // max_sequence_length does not matter here: --drop prints every kept id, up to 1024.
-        const PromptTokens tokens = tokenize_prompt(tokenizer, text, prompt_template, kQwenImageTokenizerMaxLength);
-        append_id_array(output, tokens.ids, drop ? static_cast<size_t>(tokens.keep_first) : 0);
-      } else {
-        append_id_array(output, tokenizer.encode(text), 0);
-      }
-    } catch (const InputError& e) {
-      // Errors from the tokenizer or the template do not know the line; add it.
-      const std::string message = e.what();
-      if (message.starts_with("stdin line ")) throw;
-      fail_input("stdin line {}: {}", lines.number(), message);
-    }
+    const std::string output =
+        tokenize_stdin_line(tokenizer, use_template ? &prompt_template : nullptr, drop, line, lines.number());
     // One flush per line: an interactive user (or a coprocess) sees each answer at once.
     std::fwrite(output.data(), 1, output.size(), stdout);
     std::fflush(stdout);

@@ -38,21 +38,28 @@ struct ModelComponent {
   SafetensorsSet tensors;
 };
 
-// Every tensor the models will read from a component, by name and shape, against the folder:
-// a missing or misshapen tensor (another model, a truncated download, a wrong variant) fails
-// here, in seconds, not after the conversion or when `generate` loads the file.
-void check_model_tensors(const ModelComponent& m, const std::string& folder) {
-  const Config config = Config::parse(m.config_json, m.config_path);
+}  // namespace
+
+void check_component_tensors(const std::string& component, const std::string& config_path,
+                             const std::string& config_json, const SafetensorsSet& tensors,
+                             const std::string& folder) {
+  for (const auto& item : tensors.items()) {
+    DType t = item.entry->dtype;
+    if (!is_float(t) && !(component == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name)))
+      fail_input("{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", item.file->path(),
+                 item.entry->name, dtype_name(t));
+  }
+  const Config config = Config::parse(config_json, config_path);
   std::map<std::string, const SafetensorsSet::Item*> by_name;
-  for (const auto& item : m.tensors.items()) by_name[item.entry->name] = &item;
+  for (const auto& item : tensors.items()) by_name[item.entry->name] = &item;
   std::vector<WeightSpec> specs;
-  if (m.name == "transformer") {
+  if (component == "transformer") {
     specs = QwenImageTransformer::weight_specs(TransformerConfig::from(config));
-  } else if (m.name == "vae") {
+  } else if (component == "vae") {
     specs = VaeDecoder::weight_specs(VaeConfig::from(config));
   } else {
     const std::string prefix = QwenTextEncoder::tensor_prefix(
-        [&](const std::string& name) { return by_name.count(name) > 0; }, folder + "/" + m.name);
+        [&](const std::string& name) { return by_name.count(name) > 0; }, folder + "/" + component);
     specs = QwenTextEncoder::weight_specs(TextEncoderConfig::from(config), prefix);
   }
   std::vector<std::string> missing;
@@ -65,15 +72,17 @@ void check_model_tensors(const ModelComponent& m, const std::string& folder) {
     const SafetensorsEntry& e = *it->second->entry;
     if (e.shape != spec.shape)
       fail_input("{}: tensor '{}' has shape {}, but {}/config.json makes the model expect {}{}{}",
-                 it->second->file->path(), spec.name, shape_str(e.shape), m.name, shape_str(spec.shape),
+                 it->second->file->path(), spec.name, shape_str(e.shape), component, shape_str(spec.shape),
                  spec.why.empty() ? "" : " from ", spec.why);
   }
   if (!missing.empty())
     fail_input("{}/{}: {} of the {} tensors the model reads are missing: {}{} (is this a complete Qwen-Image {}?)",
-               folder, m.name, missing.size(), specs.size(),
+               folder, component, missing.size(), specs.size(),
                fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ", "),
-               missing.size() > 5 ? fmt::format(" and {} more", missing.size() - 5) : "", m.name);
+               missing.size() > 5 ? fmt::format(" and {} more", missing.size() - 5) : "", component);
 }
+
+namespace {
 
 DType target_dtype(const std::string& option, DType stored) {
   if (option == "keep") return stored;
@@ -115,13 +124,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     parse_json_file(m.config_path);
     m.config_json = read_file(m.config_path);
     m.tensors = SafetensorsSet::open_dir((root / name).string());
-    for (const auto& item : m.tensors.items()) {
-      DType t = item.entry->dtype;
-      if (!is_float(t) && !(m.name == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name)))
-        fail_input("{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", item.file->path(),
-                   item.entry->name, dtype_name(t));
-    }
-    check_model_tensors(m, opt.from);
+    check_component_tensors(m.name, m.config_path, m.config_json, m.tensors, opt.from);
     models.push_back(std::move(m));
   }
   const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();

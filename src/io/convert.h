@@ -24,6 +24,16 @@ struct ConvertStats {
 // file renamed to `to` at the end.
 ConvertStats convert_diffusers(const ConvertOptions& options, const Log& log);
 
+class SafetensorsSet;
+
+// Every tensor a model reads from one component of a diffusers folder ("transformer",
+// "text_encoder" or "vae"), by name, shape and dtype, against what its config.json makes the
+// model bind: a missing or misshapen tensor (another model, a truncated download, a wrong
+// variant) fails here, in seconds, not after the conversion or when `generate` loads the file.
+void check_component_tensors(const std::string& component, const std::string& config_path,
+                             const std::string& config_json, const SafetensorsSet& tensors,
+                             const std::string& folder);
+
 // A weight file to write: not a folder, in a folder that exists (checked before any work).
 void check_output_file(const std::string& path);
 
