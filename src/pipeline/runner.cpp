@@ -59,6 +59,19 @@ void write_latents_file(const std::string& path, const ImageJob& job, const Tens
   commit_file(tmp, path);
 }
 
+// A manifest field as resume reads it. A line ditbatch did not write (edited by hand, another
+// tool's) may hold any JSON there: a field of another type counts as not recorded, so the
+// image is made again, as for a torn line, instead of nlohmann's type_error ending the run.
+std::string recorded_string(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t recorded_int(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
@@ -88,16 +101,16 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
       changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
                                     shown(now[key])));
   }
-  const std::string made_with = record.value("model_checksum", "");
+  const std::string made_with = recorded_string(record, "model_checksum");
   if (made_with != key.model_checksum)
     changes.push_back(fmt::format("model checksum {}, now {}", made_with.empty() ? "not recorded" : made_with.substr(0, 12),
                                   key.model_checksum.substr(0, 12)));
   // The token limit matters only to a prompt longer than it: the encoder rows kept are
   // min(limit, the prompt's rows), recorded with the image.
-  const int64_t limit_then = record.value("max_sequence_length", int64_t{0});
+  const int64_t limit_then = recorded_int(record, "max_sequence_length");
   if (limit_then > 0 && limit_then != key.max_sequence_length)
     for (const char* tokens_key : {"prompt_tokens", "negative_prompt_tokens"}) {
-      const int64_t tokens = record.value(tokens_key, int64_t{0});
+      const int64_t tokens = recorded_int(record, tokens_key);
       if (std::min(tokens, limit_then) != std::min(tokens, key.max_sequence_length)) {
         changes.push_back(fmt::format("max_sequence_length {}, now {} ({} of {} tokens)", limit_then,
                                       key.max_sequence_length, tokens_key, tokens));
@@ -112,8 +125,8 @@ namespace {
 // The manifest line of an image listed "ok" under this job's file name, or null.
 const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlohmann::json>& manifest) {
   const auto it = manifest.find(job.index);
-  if (it == manifest.end() || it->second.value("status", "") != "ok" ||
-      it->second.value("file", "") != job.file_stem + ".png")
+  if (it == manifest.end() || recorded_string(it->second, "status") != "ok" ||
+      recorded_string(it->second, "file") != job.file_stem + ".png")
     return nullptr;
   return &it->second;
 }
@@ -123,9 +136,10 @@ const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlo
 // the file whole and unchanged (no need to decode it).
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, const char* file_key = "file",
                           const char* sha256_key = "sha256") {
-  if (!record.contains(file_key)) return false;
-  const std::string path = out_dir + "/" + record.value(file_key, "");
-  return file_exists(path) && sha256_file(path) == record.value(sha256_key, "");
+  const std::string file = recorded_string(record, file_key);
+  if (file.empty()) return false;
+  const std::string path = out_dir + "/" + file;
+  return file_exists(path) && sha256_file(path) == recorded_string(record, sha256_key);
 }
 
 }  // namespace
@@ -144,12 +158,12 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
   int64_t count = 0;
   for (const ImageJob& job : jobs) {
     const auto it = manifest.find(job.index);
-    if (it == manifest.end() || it->second.value("status", "") != "ok") continue;
+    if (it == manifest.end() || recorded_string(it->second, "status") != "ok") continue;
     const nlohmann::json& record = it->second;
     // Settings first (no read), then only a PNG that is still there and whole matters. Another
     // file at this index (a changed prompt list) counts too: the manifest would drop its line.
     auto changes = changed_settings(job, key, record);
-    const std::string file = record.value("file", "");
+    const std::string file = recorded_string(record, "file");
     if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
     if (changes.empty() || !listed_file_is_whole(out_dir, record)) continue;
     if (++count <= 3) found.push_back(fmt::format("{} ({})", file, fmt::join(changes, "; ")));
