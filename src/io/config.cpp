@@ -43,6 +43,15 @@ int64_t Config::get_int(const std::string& key) const {
   return v.get<int64_t>();
 }
 
+int64_t Config::get_int(const std::string& key, int64_t min, int64_t max) const {
+  const auto& v = lookup(key);
+  const int64_t value = get_int(key);
+  // A JSON integer past int64 (an unsigned one) must not wrap into the range.
+  if (value < min || value > max || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)))
+    fail_input("{}: config '{}' = {} is out of range (expected {}..{})", where_, key, v.dump(), min, max);
+  return value;
+}
+
 double Config::get_double(const std::string& key) const {
   const auto& v = lookup(key);
   if (!v.is_number()) fail_input("{}: config '{}' = {} is not a number", where_, key, v.dump());

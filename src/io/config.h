@@ -9,6 +9,14 @@
 
 namespace ditbatch {
 
+// Bounds on the sizes a model config may give, far past any real model (Qwen-Image: 60 blocks,
+// widths up to 18,944, 152,064 vocabulary rows). Inside them every shape, product and memory
+// estimate computed from a config fits in int64 and a model's tensor list stays short, so a
+// corrupt or hostile config fails with its key named instead of overflowing or exhausting memory.
+inline constexpr int64_t kMaxConfigWidth = int64_t{1} << 20;  // a tensor dimension, also a product of two
+inline constexpr int64_t kMaxConfigDepth = 1024;              // layers, blocks, resnets per block
+inline constexpr int64_t kMaxConfigVocab = int64_t{1} << 24;  // embedding rows
+
 class Config {
  public:
   Config() : json_(nlohmann::json::object()) {}
@@ -21,6 +29,8 @@ class Config {
   // Keys may be dotted to reach nested objects: "text_config.hidden_size".
   bool has(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
+  // An integer in min..max; outside is an error naming the key, the value and the range.
+  int64_t get_int(const std::string& key, int64_t min, int64_t max) const;
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   std::string get_string(const std::string& key) const;

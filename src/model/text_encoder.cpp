@@ -13,15 +13,18 @@ TextEncoderConfig TextEncoderConfig::from(const Config& comp) {
     return comp.has("text_config." + name) ? "text_config." + name : name;
   };
   TextEncoderConfig c;
-  c.hidden_size = comp.get_int(key("hidden_size"));
-  c.num_hidden_layers = comp.get_int(key("num_hidden_layers"));
-  c.num_attention_heads = comp.get_int(key("num_attention_heads"));
-  c.num_key_value_heads = comp.get_int(key("num_key_value_heads"));
-  c.intermediate_size = comp.get_int(key("intermediate_size"));
-  c.vocab_size = comp.get_int(key("vocab_size"));
+  c.hidden_size = comp.get_int(key("hidden_size"), 1, kMaxConfigWidth);
+  c.num_hidden_layers = comp.get_int(key("num_hidden_layers"), 0, kMaxConfigDepth);
+  c.num_attention_heads = comp.get_int(key("num_attention_heads"), 1, kMaxConfigWidth);
+  c.num_key_value_heads = comp.get_int(key("num_key_value_heads"), 1, kMaxConfigWidth);
+  c.intermediate_size = comp.get_int(key("intermediate_size"), 1, kMaxConfigWidth);
+  c.vocab_size = comp.get_int(key("vocab_size"), 1, kMaxConfigVocab);
   c.rms_norm_eps = comp.get_double(key("rms_norm_eps"));
-  c.head_dim = comp.has(key("head_dim")) ? comp.get_int(key("head_dim"))
-                                                 : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads);
+  c.head_dim = comp.has(key("head_dim")) ? comp.get_int(key("head_dim"), 1, kMaxConfigWidth)
+                                         : c.hidden_size / c.num_attention_heads;
+  if (c.num_attention_heads * c.head_dim > kMaxConfigWidth)  // both <= 2^20: no overflow
+    fail_input("{}: num_attention_heads {} x head_dim {} is past {}", comp.where(), c.num_attention_heads, c.head_dim,
+               kMaxConfigWidth);
   if (comp.has(key("rope_parameters.rope_theta")))
     c.rope_theta = comp.get_double(key("rope_parameters.rope_theta"));
   else

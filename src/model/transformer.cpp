@@ -14,13 +14,16 @@ namespace ditbatch {
 TransformerConfig TransformerConfig::from(const Config& comp) {
   TransformerConfig c;
   c.patch_size = comp.get_int("patch_size");
-  c.in_channels = comp.get_int("in_channels");
-  c.out_channels = comp.get_int("out_channels");
-  c.num_layers = comp.get_int("num_layers");
-  c.attention_head_dim = comp.get_int("attention_head_dim");
-  c.num_attention_heads = comp.get_int("num_attention_heads");
-  c.joint_attention_dim = comp.get_int("joint_attention_dim");
+  c.in_channels = comp.get_int("in_channels", 1, kMaxConfigWidth);
+  c.out_channels = comp.get_int("out_channels", 1, kMaxConfigWidth);
+  c.num_layers = comp.get_int("num_layers", 1, kMaxConfigDepth);
+  c.attention_head_dim = comp.get_int("attention_head_dim", 1, kMaxConfigWidth);
+  c.num_attention_heads = comp.get_int("num_attention_heads", 1, kMaxConfigWidth);
+  c.joint_attention_dim = comp.get_int("joint_attention_dim", 1, kMaxConfigWidth);
   c.axes_dims_rope = comp.get_ints("axes_dims_rope");
+  if (c.num_attention_heads * c.attention_head_dim > kMaxConfigWidth)  // both <= 2^20: no overflow
+    fail_input("{}: num_attention_heads {} x attention_head_dim {} is past {}", comp.where(), c.num_attention_heads,
+               c.attention_head_dim, kMaxConfigWidth);
   if (comp.has("guidance_embeds") && comp.get_bool("guidance_embeds"))
     fail_input("{}: guidance_embeds = true is not supported (Qwen-Image is not guidance-distilled)", comp.where());
   for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
@@ -32,7 +35,9 @@ TransformerConfig TransformerConfig::from(const Config& comp) {
                comp.where(), c.patch_size, c.in_channels, c.out_channels);
   int64_t axes_sum = 0;
   for (int64_t d : c.axes_dims_rope) {
-    if (d <= 0 || d % 2) fail_input("{}: axes_dims_rope entries must be positive and even", comp.where());
+    if (d <= 0 || d % 2 || d > kMaxConfigWidth)
+      fail_input("{}: axes_dims_rope entries must be positive and even (and at most {})", comp.where(),
+                 kMaxConfigWidth);
     axes_sum += d;
   }
   if (c.axes_dims_rope.size() != 3 || axes_sum != c.attention_head_dim)

@@ -8,20 +8,25 @@ namespace ditbatch {
 
 VaeConfig VaeConfig::from(const Config& comp) {
   VaeConfig c;
-  c.base_dim = comp.get_int("base_dim");
-  c.z_dim = comp.get_int("z_dim");
+  c.base_dim = comp.get_int("base_dim", 1, kMaxConfigWidth);
+  c.z_dim = comp.get_int("z_dim", 1, kMaxConfigWidth);
   c.dim_mult = comp.get_ints("dim_mult");
-  c.num_res_blocks = comp.get_int("num_res_blocks");
+  c.num_res_blocks = comp.get_int("num_res_blocks", 0, kMaxConfigDepth);
   c.temperal_downsample = comp.get_ints("temperal_downsample");
   for (double v : comp.get_doubles("latents_mean")) c.latents_mean.push_back(static_cast<float>(v));
   for (double v : comp.get_doubles("latents_std")) c.latents_std.push_back(static_cast<float>(v));
   if (comp.has("attn_scales") && !comp.get_ints("attn_scales").empty())
     fail_input("{}: attn_scales must be empty (Qwen-Image's VAE has attention only in the mid block)", comp.where());
-  if (c.dim_mult.size() < 2 || c.temperal_downsample.size() != c.dim_mult.size() - 1)
+  // At most 8 levels (Qwen-Image has 4): the spatial scale 2^(levels - 1) stays a small shift.
+  if (c.dim_mult.size() < 2 || c.dim_mult.size() > 8 || c.temperal_downsample.size() != c.dim_mult.size() - 1)
     fail_input("{}: dim_mult {} and temperal_downsample {} do not fit together (need len(dim_mult) - 1 flags)",
                comp.where(), shape_str(c.dim_mult), shape_str(c.temperal_downsample));
   if (static_cast<int64_t>(c.latents_mean.size()) != c.z_dim || static_cast<int64_t>(c.latents_std.size()) != c.z_dim)
     fail_input("{}: latents_mean/latents_std must have z_dim = {} values", comp.where(), c.z_dim);
+  for (int64_t m : c.dim_mult)
+    if (m < 1 || m > kMaxConfigWidth / c.base_dim)
+      fail_input("{}: dim_mult {} x base_dim {} must give widths 1..{}", comp.where(), shape_str(c.dim_mult),
+                 c.base_dim, kMaxConfigWidth);
   for (float s : c.latents_std)
     if (!(s > 0.0f)) fail_input("{}: latents_std values must be positive", comp.where());
   return c;

@@ -4,10 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "io/config.h"
+#include "io/convert.h"
 #include "io/manifest.h"
+#include "io/safetensors.h"
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
 #include "pipeline/job.h"
 #include "pipeline/runner.h"
 #include "test_util.h"
@@ -88,4 +95,83 @@ TEST(FuzzFindings, ManifestFieldsOfAnotherTypeCountAsNotRecorded) {
       EXPECT_NO_THROW(got = resume(line));
       EXPECT_EQ(got, expected) << field << " = " << value.dump() << " is not read as a line without " << field;
     }
+}
+
+namespace {
+
+// The message of the InputError `f` throws ("" and a test failure if it throws none).
+template <typename F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+const std::string kTiny = std::string(DITBATCH_TEST_DATA) + "/golden/tiny-pipeline";
+
+// The tiny pipeline's config.json of `component` with `changes` applied.
+std::string config_with(const std::string& component, const nlohmann::json& changes) {
+  nlohmann::json config = nlohmann::json::parse(test::read_text(kTiny + "/" + component + "/config.json"));
+  config.merge_patch(changes);
+  return config.dump();
+}
+
+}  // namespace
+
+// fuzz_model_config_*: sizes from config.json multiplied past int64 (num_attention_heads 2^62 x
+// attention_head_dim: undefined behaviour), or layer counts that made the tensor list itself
+// exhaust memory (num_layers 10^9, num_res_blocks 10^8) before any tensor was compared. Each
+// size is now bounded, and the refusal names the key, the value and the range, before the
+// model's tensor list is made (convert's check, and generate's config validation alike).
+TEST(FuzzFindings, ModelConfigSizesAreBoundedBeforeTheTensorListIsMade) {
+  struct Case {
+    std::string component;
+    nlohmann::json changes;
+    std::string expected;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {"transformer", {{"num_layers", 1000000000}}, "'num_layers' = 1000000000 is out of range (expected 1..1024)"},
+      {"transformer",
+       {{"num_attention_heads", int64_t{1} << 62}},
+       "'num_attention_heads' = 4611686018427387904 is out"},
+      {"transformer", {{"num_attention_heads", 65536}, {"attention_head_dim", 32}}, "num_attention_heads 65536 x"},
+      {"transformer", {{"out_channels", 9223372036854775807}}, "'out_channels' = 9223372036854775807 is out"},
+      {"transformer", {{"axes_dims_rope", {2, 2, 4611686018427387904}}}, "axes_dims_rope entries"},
+      {"vae", {{"num_res_blocks", 100000000}}, "'num_res_blocks' = 100000000 is out of range (expected 0..1024)"},
+      {"vae", {{"base_dim", int64_t{1} << 62}}, "'base_dim' = 4611686018427387904 is out"},
+      {"vae", {{"dim_mult", {1, 2, 4, 4611686018427387904}}}, "dim_mult [1, 2, 4, 4611686018427387904] x base_dim 8"},
+      {"text_encoder",
+       {{"text_config", {{"vocab_size", 18446744073709551615u}}}},
+       "vocab_size' = 18446744073709551615"},
+      {"text_encoder", {{"text_config", {{"num_hidden_layers", 100000000}}}}, "num_hidden_layers' = 100000000 is out"},
+      {"text_encoder", {{"text_config", {{"head_dim", 1048576}}}}, "num_attention_heads 4 x head_dim 1048576"},
+  };
+  const std::map<std::string, std::string> files = {{"transformer", "diffusion_pytorch_model.safetensors"},
+                                                    {"vae", "diffusion_pytorch_model.safetensors"},
+                                                    {"text_encoder", "model.safetensors"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.component + " " + c.changes.dump());
+    const SafetensorsSet tensors = SafetensorsSet::open_file(kTiny + "/" + c.component + "/" + files.at(c.component));
+    const std::string config = config_with(c.component, c.changes);
+    // convert's check, then what generate validates a weight file's config_json with.
+    const std::string message =
+        refusal([&] { check_component_tensors(c.component, "config.json", config, tensors, kTiny); });
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    const Config parsed = Config::parse(config, "w.h5:/" + c.component);
+    const std::string again = refusal([&] {
+      if (c.component == "transformer") TransformerConfig::from(parsed);
+      if (c.component == "vae") VaeConfig::from(parsed);
+      if (c.component == "text_encoder") TextEncoderConfig::from(parsed);
+    });
+    EXPECT_NE(again.find(c.expected), std::string::npos) << again;
+  }
+  // The unchanged configs still pass both (the bounds are far past the real model's sizes).
+  for (const auto& [component, file] : files)
+    EXPECT_NO_THROW(check_component_tensors(component, "config.json", config_with(component, nlohmann::json::object()),
+                                            SafetensorsSet::open_file(kTiny + "/" + component + "/" + file), kTiny))
+        << component;
 }
