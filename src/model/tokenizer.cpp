@@ -99,12 +99,14 @@ const json& require_member(const json& object, const char* key, const std::strin
   return *it;
 }
 
-// Token ids are JSON integers in 0 .. 2^31-1 (int32 keeps the merge table and cache small).
+// Token ids are JSON integers in 0 .. 2^24-1: 100 times the largest vocabularies in use (Qwen2:
+// 151,665 ids), and small enough that the id -> token table an id sizes stays bounded (2^31-1
+// made one bad id allocate 32 GB).
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 int32_t token_id_from_json(const json& value, const std::string& file, const std::string& token) {
-  if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
-      value.get<int64_t>() > std::numeric_limits<int32_t>::max())
-    fail_input("{}: token \"{}\" has id {}, expected an integer in 0..{}", file, token, value.dump(),
-               std::numeric_limits<int32_t>::max());
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)
+    fail_input("{}: token \"{}\" has id {}, expected an integer in 0..{}", file, token, value.dump(), kMaxTokenId);
   return static_cast<int32_t>(value.get<int64_t>());
 }
 
@@ -550,8 +552,8 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
           if (used != id_text.size()) id = -1;
         } catch (const std::exception&) {
         }
-        if (id < 0 || id > std::numeric_limits<int32_t>::max())
-          fail_input("{}: added_tokens_decoder key \"{}\" is not a token id", file, id_text);
+        if (id < 0 || id > kMaxTokenId)
+          fail_input("{}: added_tokens_decoder key \"{}\" is not a token id (0..{})", file, id_text, kMaxTokenId);
         check_added_token_flags(entry, content, file);
         added_rules.push_back({content, static_cast<int32_t>(id), file});
       }

@@ -13,6 +13,7 @@
 #include "io/manifest.h"
 #include "io/safetensors.h"
 #include "model/text_encoder.h"
+#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "pipeline/job.h"
@@ -174,4 +175,27 @@ TEST(FuzzFindings, ModelConfigSizesAreBoundedBeforeTheTensorListIsMade) {
     EXPECT_NO_THROW(check_component_tensors(component, "config.json", config_with(component, nlohmann::json::object()),
                                             SafetensorsSet::open_file(kTiny + "/" + component + "/" + file), kTiny))
         << component;
+}
+
+// fuzz_tokenizer: a vocabulary id of 2^31 - 1 sized the id -> token table to 2^31 entries (32 GB,
+// std::bad_alloc or the OOM killer). Ids now stop at 2^24 - 1, named in the refusal.
+TEST(FuzzFindings, ATokenIdPastTheBoundIsRefusedNotAllocated) {
+  const std::string tok = kTiny + "/tokenizer";
+  nlohmann::json vocab = nlohmann::json::parse(test::read_text(tok + "/vocab.json"));
+  vocab["zzzz"] = 2147483647;
+  const TokenizerFiles files = {{"vocab.json", vocab.dump()}, {"merges.txt", test::read_text(tok + "/merges.txt")}};
+  const std::string message = refusal([&] { Tokenizer::from_files(files, "fuzz/tokenizer"); });
+  EXPECT_NE(message.find("fuzz/tokenizer/vocab.json: token \"zzzz\" has id 2147483647, expected an integer in "
+                         "0..16777215"),
+            std::string::npos)
+      << message;
+  // An id past the vocabulary's own but inside the bound still loads, and changes no other id.
+  vocab["zzzz"] = 300000;
+  const std::string& merges = files.at("merges.txt");
+  Tokenizer with_gap = Tokenizer::from_files({{"vocab.json", vocab.dump()}, {"merges.txt", merges}}, "with a gap");
+  Tokenizer tiny =
+      Tokenizer::from_files({{"vocab.json", test::read_text(tok + "/vocab.json")}, {"merges.txt", merges}}, "tiny");
+  EXPECT_EQ(with_gap.vocab_size(), 300001);
+  EXPECT_EQ(with_gap.token_id("zzzz"), 300000);
+  EXPECT_EQ(with_gap.encode("A red fox jumps."), tiny.encode("A red fox jumps."));
 }
