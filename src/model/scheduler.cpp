@@ -36,7 +36,9 @@ std::string SchedulerConfig::describe() const {
 
 double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_seq_len, double base_shift,
                        double max_shift) {
-  const double m = (max_shift - base_shift) / static_cast<double>(max_seq_len - base_seq_len);
+  // Python subtracts the ints exactly, then rounds once to a float: __int128 does the same for
+  // any two int64 values (an int64 difference could overflow).
+  const double m = (max_shift - base_shift) / static_cast<double>(static_cast<__int128>(max_seq_len) - base_seq_len);
   const double b = base_shift - m * static_cast<double>(base_seq_len);
   return static_cast<double>(image_seq_len) * m + b;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@
 #include "io/convert.h"
 #include "io/manifest.h"
 #include "io/safetensors.h"
+#include "model/scheduler.h"
 #include "model/text_encoder.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
@@ -198,4 +200,16 @@ TEST(FuzzFindings, ATokenIdPastTheBoundIsRefusedNotAllocated) {
   EXPECT_EQ(with_gap.vocab_size(), 300001);
   EXPECT_EQ(with_gap.token_id("zzzz"), 300000);
   EXPECT_EQ(with_gap.encode("A red fox jumps."), tiny.encode("A red fox jumps."));
+}
+
+// fuzz_scheduler_config: base_image_seq_len -2^63 made calculate_shift's int64 difference
+// overflow (undefined behaviour). The difference is now exact, then rounded once to a double,
+// as Python computes (max_seq_len - base_seq_len) with its unbounded ints.
+TEST(FuzzFindings, CalculateShiftTakesTheExactDifferenceOfAnyTwoInt64) {
+  const int64_t base = std::numeric_limits<int64_t>::min(), max = 9;
+  const double m = (0.9 - 0.5) / 9223372036854775817.0;  // 9 + 2^63, rounded once: Python's float(9 - base)
+  const double b = 0.5 - m * static_cast<double>(base);
+  EXPECT_EQ(calculate_shift(256, base, max, 0.5, 0.9), 256.0 * m + b);
+  // The usual numbers are unchanged: the tiny pipeline's config at 1024x1024 (4096 image tokens).
+  EXPECT_EQ(calculate_shift(4096, 256, 8192, 0.5, 0.9), 4096.0 * (0.4 / 7936.0) + (0.5 - (0.4 / 7936.0) * 256.0));
 }
