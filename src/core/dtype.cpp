@@ -52,19 +52,30 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
 }
 
+namespace {
+
+// 16-bit values at any address: a safetensors data section starts at 8 + header length, so a
+// bf16 tensor in a mapped file may sit at an odd address (a uint16_t* there is undefined
+// behaviour). memcpy compiles to a plain load or store.
+uint16_t load_u16(const void* base, size_t i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const char*>(base) + 2 * i, 2);
+  return v;
+}
+
+void store_u16(void* base, size_t i, uint16_t v) { std::memcpy(static_cast<char*>(base) + 2 * i, &v, 2); }
+
+}  // namespace
+
 void convert_to_f32(const void* src, DType src_type, float* dst, size_t n) {
   switch (src_type) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
-    case DType::BF16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src, i));
       return;
-    }
-    case DType::F16: {
-      const auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src, i));
       return;
-    }
     default: fail("convert_to_f32: {} is not a float type", dtype_name(src_type));
   }
 }
@@ -72,16 +83,12 @@ void convert_to_f32(const void* src, DType src_type, float* dst, size_t n) {
 void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n) {
   switch (dst_type) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
-    case DType::BF16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) store_u16(dst, i, f32_to_bf16(src[i]));
       return;
-    }
-    case DType::F16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) store_u16(dst, i, f32_to_f16(src[i]));
       return;
-    }
     default: fail("convert_from_f32: {} is not a float type", dtype_name(dst_type));
   }
 }

@@ -85,3 +85,24 @@ TEST(DType, ConvertBetweenAnyPair) {
   EXPECT_EQ(ids_out[1], 151643);
   EXPECT_EQ(ids_out[2], 1LL << 40);
 }
+
+// A safetensors data section starts at 8 + header length, so a bf16 or f16 tensor of a mapped
+// file can sit at an odd address: the conversions read and write 16-bit values at any address
+// (UBSan reported the misaligned uint16_t loads of convert's bf16 input).
+TEST(DType, SixteenBitValuesAtAnOddAddress) {
+  // Little-endian bit patterns: bf16 1.0 = 0x3f80, -2.5 = 0xc020; f16 1.0 = 0x3c00, 0.5 = 0x3800.
+  const unsigned char bf16[] = {0x00, 0x80, 0x3f, 0x20, 0xc0};
+  const unsigned char f16[] = {0x00, 0x00, 0x3c, 0x00, 0x38};
+  float out[2];
+  convert_to_f32(bf16 + 1, DType::BF16, out, 2);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.5f);
+  convert_to_f32(f16 + 1, DType::F16, out, 2);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 0.5f);
+  unsigned char written[5] = {0xaa, 0, 0, 0, 0};
+  const float values[] = {1.0f, -2.5f};
+  convert_from_f32(values, written + 1, DType::BF16, 2);
+  const std::vector<unsigned char> expected = {0xaa, 0x80, 0x3f, 0x20, 0xc0};  // the byte before is untouched
+  EXPECT_EQ(std::vector<unsigned char>(written, written + 5), expected);
+}
