@@ -18,6 +18,9 @@ packages=(
   libsleef-dev                        # torch's vectorised exp/sin/cos/tanh, bit for bit
   libssl-dev                          # SHA-256 (weight checksums, PNG digests in the manifest)
   libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
+  # the ASan + UBSan build and the libFuzzer targets (tools/ci/sanitize_fuzz.sh): clang, its
+  # sanitizer and fuzzer runtimes, its OpenMP, and llvm-symbolizer for readable reports
+  clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   # Slurm end-to-end tests (#8)
   slurm-wlm slurmctld slurmd slurm-client munge
   # test helpers

@@ -4,24 +4,24 @@
 #
 # Stages, each timed: the build and the CTest suite, then the checks in tools/ci/ that need a
 # build of their own (each script says what it proves and what it costs). TEST_STAGES="ctest"
-# runs a subset. A failing stage does not hide the next: every stage runs, the exit status is
-# that of the first failure.
+# runs a subset. The stages, in order:
+#   ctest          the release build and the whole CTest suite
+#   emulate        tools/ci/emulate.sh: the CUDA backend's tests under emulation
+#   sanitize_fuzz  tools/ci/sanitize_fuzz.sh: a clang ASan + UBSan build, the unit tests under it,
+#                  every parser fuzzed for a bounded time (tests/fuzz)
+# A failing stage does not hide the next: every stage runs, the exit status is that of the
+# first failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stages=${TEST_STAGES:-"ctest emulate"}
+stages=${TEST_STAGES:-"ctest emulate sanitize_fuzz"}
 want() { [[ " $stages " == *" $1 "* ]]; }
 
 bash tools/install-deps.sh || exit 1
 jobs=$(nproc)
-status=0 report=()
+source tools/ci/timed.sh
 stage() {  # stage NAME COMMAND...
-  local name=$1 t0=$SECONDS rc
-  shift
-  echo "==== stage $name ===="
-  "$@"
-  rc=$?
-  report+=("$(printf '%-14s %s in %4d s' "$name" "$([ $rc = 0 ] && echo pass || echo "FAIL ($rc)")" $((SECONDS - t0)))")
-  [ $rc = 0 ] || [ $status != 0 ] || status=$rc
+  echo "==== stage $1 ===="
+  run_timed "$@"
 }
 main_suite() {
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release &&
@@ -31,7 +31,8 @@ main_suite() {
 
 want ctest && stage ctest main_suite "$@"
 want emulate && stage emulate bash tools/ci/emulate.sh build
+want sanitize_fuzz && stage sanitize_fuzz bash tools/ci/sanitize_fuzz.sh
 
 echo "==== stages ===="
-printf '%s\n' "${report[@]}"
-exit $status
+printf '%s\n' "${TIMED_REPORT[@]}"
+exit $TIMED_STATUS
