@@ -5,7 +5,18 @@
 
 namespace ditbatch::cuda {
 
-CudnnSdpa::CudnnSdpa() : CudnnPath(cudnn::unusable_reason(kMinVersion, "the unified SDPA operation needs 9.13.1")) {}
+namespace {
+
+// Why this build's SDPA path cannot run ("" when it can): compiled out (older headers: auto
+// then takes the GEMM path), else the run-time checks of the cuDNN loaded.
+std::string sdpa_unusable() {
+  if (!cudnn::sdpa_compiled()) return cudnn::not_compiled_reason("cuDNN SDPA", DITBATCH_CUDNN_SDPA_HEADERS);
+  return cudnn::unusable_reason(CudnnSdpa::kMinVersion, "the unified SDPA operation needs 9.13.1");
+}
+
+}  // namespace
+
+CudnnSdpa::CudnnSdpa() : CudnnPath(sdpa_unusable()) {}
 
 bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void* o, DType dtype,
                          const AttentionShape& s, std::string* why) const {

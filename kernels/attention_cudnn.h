@@ -1,5 +1,6 @@
 // cuDNN's fused scaled-dot-product attention through the backend (graph) C API: one
-// CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR op (cuDNN >= 9.13.1), bf16 Q/K/V/O in the
+// CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR op (cuDNN >= 9.13.1 at run time; a build
+// against headers older than 9.13.0 has the path off from the start), bf16 Q/K/V/O in the
 // [L, H, Dh] layout, fp32 softmax inside the fused kernel. Non-causal only (causal needs the
 // score-modifier subgraph of cuDNN >= 9.21), H == Hkv, Dh a multiple of 8 up to 128.
 // Plans are built once per (Lq, Lk, H, Dh) and cached; anything that fails disables the path

@@ -380,12 +380,19 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
   m.ctx.max_shared_per_block = prop.sharedMemPerBlockOptin;
   m.ctx.sync_each_op = options.sync_each_op;
   m.ctx.warn = [log = m.log](const std::string& message) { log.warn("{}", message); };
-  log.info("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB); {}; activations {}, attention {} (cuDNN "
-           "SDPA {}), convolution {} (cuDNN {}){}{}",
+  // What auto will take, said once: a build or a cuDNN without SDPA runs the GEMM path.
+  const bool auto_attention = options.attention == CudaAttentionPath::Auto || options.attention == CudaAttentionPath::Cudnn;
+  const std::string attention =
+      !auto_attention ? std::string(attention_path_name(options.attention))
+      : m.sdpa.disabled()
+          ? fmt::format("{}: the GEMM path (cuDNN SDPA {})", attention_path_name(options.attention), m.sdpa.status())
+          : fmt::format("{}: cuDNN SDPA where eligible, else the GEMM path (cuDNN SDPA {})",
+                        attention_path_name(options.attention), m.sdpa.status());
+  log.info("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB); {}; activations {}, attention {}, "
+           "convolution {} (cuDNN {}){}{}",
            options.device, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
            static_cast<double>(prop.totalGlobalMem) / double(1 << 30), cuda_library_versions(),
-           dtype_name(options.act_dtype), attention_path_name(options.attention), m.sdpa.status(), conv_path_name(options.conv),
-           m.conv.status(),
+           dtype_name(options.act_dtype), attention, conv_path_name(options.conv), m.conv.status(),
            options.poison ? ", allocations poisoned" : "", options.sync_each_op ? ", synchronous" : "");
 }
 

@@ -10,6 +10,15 @@
 
 namespace ditbatch::cuda::cudnn {
 
+bool sdpa_compiled() { return DITBATCH_CUDNN_HAS_SDPA; }
+bool deviceless_compiled() { return DITBATCH_CUDNN_HAS_DEVICEPROP; }
+
+std::string not_compiled_reason(const char* what, int needed_version) {
+  return cat(what, " is not compiled in: this build's cuDNN headers are ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".",
+             CUDNN_PATCHLEVEL, ", it needs ", needed_version / 10000, ".", needed_version / 100 % 100, ".",
+             needed_version % 100, " or newer (rebuild against them)");
+}
+
 std::string unusable_reason(size_t min_version, const char* path) {
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
@@ -66,6 +75,10 @@ Desc tensor(const TensorSpec& s) {
 // ---- the graphs ---------------------------------------------------------------------------------
 
 Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
+#if !DITBATCH_CUDNN_HAS_SDPA
+  (void)Lq, (void)Lk, (void)H, (void)Dh;
+  throw Failure(not_compiled_reason("cuDNN SDPA", DITBATCH_CUDNN_SDPA_HEADERS));
+#else
   Graph g;
   g.name = cat("SDPA Lq ", Lq, " Lk ", Lk, " H ", H, " Dh ", Dh);
   // [L, H, Dh] row-major seen as [B=1, H, L, Dh] (BSHD strides).
@@ -86,6 +99,7 @@ Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
   op.finalize("SDPA operation");
   g.ops.push_back(std::move(op));
   return g;
+#endif
 }
 
 std::pair<Desc, Desc> conv3x3_forward(const Desc& x, const Desc& w, const Desc& y) {
@@ -154,12 +168,32 @@ Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType 
 }
 
 Desc device_properties(const std::string& json) {
+#if !DITBATCH_CUDNN_HAS_DEVICEPROP
+  (void)json;
+  throw Failure(not_compiled_reason("cuDNN's deviceless heuristics", DITBATCH_CUDNN_DEVICEPROP_HEADERS));
+#else
   Desc d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
   d.set(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()), json.data(),
         "device properties JSON");
   d.finalize("device properties");
   return d;
+#endif
 }
+
+namespace {
+
+// Points a heuristics or plan descriptor at a device described by properties (no GPU needed).
+void set_device_properties(Desc& target, const Desc& props, bool plan) {
+#if !DITBATCH_CUDNN_HAS_DEVICEPROP
+  (void)target, (void)props, (void)plan;
+  throw Failure(not_compiled_reason("cuDNN's deviceless heuristics", DITBATCH_CUDNN_DEVICEPROP_HEADERS));
+#else
+  if (plan) target.set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, props, "plan device");
+  else target.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, props, "heuristics device");
+#endif
+}
+
+}  // namespace
 
 // ---- heuristics, plan, execution ----------------------------------------------------------------
 
@@ -180,7 +214,7 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
   p->heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p->op_graph, "heuristics graph");
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   p->heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
-  if (device_props) p->heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *device_props, "heuristics device");
+  if (device_props) set_device_properties(p->heuristics, *device_props, /*plan=*/false);
   p->heuristics.finalize("heuristics");
   ok(cudnnBackendGetAttribute(p->heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
                               &p->engine_configs, nullptr),
@@ -208,7 +242,7 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
     try {  // the first engine config that finalizes, in heuristic order: deterministic
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       if (handle) plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
-      else plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, *device_props, "plan device");
+      else set_device_properties(plan, *device_props, /*plan=*/true);
       plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, p->configs[static_cast<size_t>(i)], "plan config");
       plan.finalize("execution plan");
       int64_t n = 0;

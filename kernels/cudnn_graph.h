@@ -24,7 +24,27 @@
 
 #include "core/dtype.h"
 
+// What the cuDNN headers this file is compiled against declare (CUDNN_VERSION of cuDNN 9 is
+// major * 10000 + minor * 100 + patch). A build against older headers leaves the path out and
+// says so at run time (and tools/cmake/cudnn_features.cmake, with the same thresholds, at
+// configure time):
+//   the unified SDPA operation (CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, its Q/K/V/O/SCALE
+//   attributes): first in the 9.13.0 headers; the run-time gate stays 9.13.1 (CudnnSdpa).
+//   device properties for deviceless heuristics (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
+//   CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
+//   CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP): first in 9.8.0.
+//   the convolution + bias graph and everything else here: in 9.0.0.
+#define DITBATCH_CUDNN_SDPA_HEADERS 91300
+#define DITBATCH_CUDNN_DEVICEPROP_HEADERS 90800
+#define DITBATCH_CUDNN_HAS_SDPA (CUDNN_VERSION >= DITBATCH_CUDNN_SDPA_HEADERS)
+#define DITBATCH_CUDNN_HAS_DEVICEPROP (CUDNN_VERSION >= DITBATCH_CUDNN_DEVICEPROP_HEADERS)
+
 namespace ditbatch::cuda::cudnn {
+
+// Whether this build has the path; when not, why (the headers' version and the one needed).
+bool sdpa_compiled();
+bool deviceless_compiled();
+std::string not_compiled_reason(const char* what, int needed_version);
 
 // A failure while building or running a plan: the callers turn it into a fallback.
 struct Failure : std::runtime_error {
@@ -83,7 +103,7 @@ struct Graph {
 };
 
 // Non-causal SDPA, bf16 Q/K/V/O as separate [L, H, Dh] buffers (BSHD strides), the scale a
-// by-value f32. uids: 1 Q, 2 K, 3 V, 4 O, 5 scale.
+// by-value f32. uids: 1 Q, 2 K, 3 V, 4 O, 5 scale. Throws Failure when not compiled in.
 Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh);
 enum SdpaUid : int64_t { kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaScale = 5 };
 
@@ -97,7 +117,8 @@ Graph conv3x3_bias_graph(int64_t H, int64_t W, int64_t Cin, int64_t Cout, DType 
 std::pair<Desc, Desc> conv3x3_forward(const Desc& x, const Desc& w, const Desc& y);
 enum ConvUid : int64_t { kConvX = 1, kConvW = 2, kConvBias = 3, kConvY = 4 };
 
-// A device-properties descriptor from cuDNN's JSON form (deviceless heuristics).
+// A device-properties descriptor from cuDNN's JSON form (deviceless heuristics). Throws
+// Failure when not compiled in.
 Desc device_properties(const std::string& json);
 
 struct Plan {

@@ -8,6 +8,11 @@
 //
 // ctest runs this binary with a stub libcuda.so.1 first on LD_LIBRARY_PATH: the runtime-compiled
 // engines check that the driver library loads (nothing here calls the driver).
+//
+// A build against older cuDNN headers has less to check, and says so: before 9.8 no deviceless
+// heuristics (those tests skip), before 9.13 no SDPA operation (its test skips, and the SDPA
+// path must be off with the reason: CudnnSdpa.*). tools/ci/cuda_portability.sh builds this
+// file against the cuDNN 9.1 headers and library and runs it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -16,6 +21,8 @@
 
 #include <fmt/format.h>
 
+#include "attention_cudnn.h"
+#include "conv_cudnn.h"
 #include "cudnn_graph.h"
 
 using namespace ditbatch;
@@ -24,6 +31,7 @@ using namespace ditbatch::cuda;
 namespace {
 
 constexpr size_t kDevicelessVersion = 90800;
+const std::string kHeaders = fmt::format("{}.{}.{}", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
 
 std::string h200_json() {
   const std::string path = std::string(DITBATCH_TEST_DATA) + "/cudnn/h200_device_properties.json";
@@ -35,6 +43,8 @@ std::string h200_json() {
 }
 
 #define SKIP_WITHOUT_DEVICELESS_CUDNN()                                                                      \
+  if (!cudnn::deviceless_compiled())                                                                          \
+    GTEST_SKIP() << "built against cuDNN " << kHeaders << " headers: no deviceless heuristics (needs 9.8.0)";  \
   if (cudnnGetVersion() < kDevicelessVersion)                                                                 \
   GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " has no deviceless heuristics (needs >= 9.8)"
 
@@ -67,6 +77,9 @@ TEST(CudnnGraphs, DevicePropertiesOfAnH200AreAccepted) {
 // The transformer's joint attention at 1024x1024 (4096 image + 20 text tokens) and the CUDA
 // tests' shapes.
 TEST(CudnnGraphs, SdpaHasAnEngineForTheDitShapesOnH200) {
+  if (!cudnn::sdpa_compiled())
+    GTEST_SKIP() << "built against cuDNN " << kHeaders
+                 << " headers: the SDPA operation is compiled out (attention takes the GEMM path; CudnnSdpa.* checks it)";
   SKIP_WITHOUT_DEVICELESS_CUDNN();
   if (cudnnGetVersion() < 91301) GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " predates the unified SDPA op";
   const int64_t shapes[][4] = {{4116, 4116, 24, 128}, {4116, 4108, 24, 128}, {1044, 1044, 24, 128},
@@ -105,4 +118,47 @@ TEST(CudnnGraphs, AnInconsistentConvolutionIsRefused) {
   // The same builder with a y that fits: finalizes (the refusal above is about the shapes).
   cudnn::Desc y_ok = cudnn::tensor({3, CUDNN_DATA_FLOAT, {1, 32, 8, 8}, {2048, 1, 256, 32}});
   EXPECT_NO_THROW(cudnn::conv3x3_forward(x, w, y_ok));
+}
+
+// The SDPA path's state from the start, in any build: with headers older than 9.13.0 it is off
+// and says why (so `auto` takes the GEMM path and the backend's log names the reason); with
+// newer headers it is on exactly when the cuDNN loaded is 9.13.1 or newer and built for this
+// CUDA major. The expected texts are written out from the headers' own version macros.
+TEST(CudnnSdpa, IsOffWithTheReasonExactlyWhenItCannotRun) {
+  cuda::CudnnSdpa sdpa;
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const bool header_has_op = CUDNN_VERSION >= 91300;
+  EXPECT_EQ(cudnn::sdpa_compiled(), header_has_op);
+  if (!header_has_op) {
+    const std::string expected = fmt::format(
+        "disabled: cuDNN SDPA is not compiled in: this build's cuDNN headers are {}.{}.{}, it needs 9.13.0 or newer "
+        "(rebuild against them)",
+        CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    EXPECT_EQ(sdpa.status(), expected);
+    EXPECT_TRUE(sdpa.disabled());
+    try {
+      cudnn::sdpa_graph(64, 64, 2, 64);
+      ADD_FAILURE() << "sdpa_graph built a graph in a build without the SDPA operation";
+    } catch (const cudnn::Failure& e) {
+      EXPECT_NE(std::string(e.what()).find("not compiled in"), std::string::npos) << e.what();
+    }
+    std::printf("[cudnn] SDPA path: %s\n", sdpa.status().c_str());
+    return;
+  }
+  const bool usable = cudnnGetVersion() >= 91301 && cudnnGetCudartVersion() / 1000 == static_cast<size_t>(runtime) / 1000;
+  EXPECT_EQ(!sdpa.disabled(), usable) << sdpa.status();
+  EXPECT_EQ(sdpa.status().rfind(usable ? "available" : "disabled: ", 0), 0u) << sdpa.status();
+  std::printf("[cudnn] SDPA path: %s\n", sdpa.status().c_str());
+}
+
+// The convolution path needs nothing newer than cuDNN 9.0: on in every build whose cuDNN was
+// built for this process's CUDA major.
+TEST(CudnnConv, IsOnWheneverTheCudnnLoadedMatchesTheCudaMajor) {
+  cuda::CudnnConv conv;
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const bool usable = cudnnGetCudartVersion() / 1000 == static_cast<size_t>(runtime) / 1000;
+  EXPECT_EQ(!conv.disabled(), usable) << conv.status();
+  std::printf("[cudnn] convolution path: %s\n", conv.status().c_str());
 }
