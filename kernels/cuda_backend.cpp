@@ -358,6 +358,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
   Impl& m = *impl_;
   DITBATCH_CHECK(options.act_dtype == DType::BF16 || options.act_dtype == DType::F32,
                  "cuda backend: act dtype must be bf16 or f32, got {}", dtype_name(options.act_dtype));
+  // Before anything touches the device: a driver too old for this build's toolkit is named
+  // as such, not reported as a failed allocation or "no device" later.
+  if (const std::string driver = cuda_driver_problem(); !driver.empty()) fail_input("cuda backend: {}", driver);
   const int count = cuda_device_count();
   if (options.device < 0 || options.device >= count)
     fail_input("cuda backend: device {} requested, {} usable ({})", options.device, count, cuda_describe_devices());

@@ -25,6 +25,14 @@ std::string gpu_identity([[maybe_unused]] int device) {
 #endif
 }
 
+std::string gpu_support_report() {
+#ifdef DITBATCH_HAVE_CUDA
+  return cuda_version_report();
+#else
+  return "CUDA backend: not built (configured with -DDITBATCH_CUDA=OFF, or no nvcc was found): CPU backend only\n";
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& kind, [[maybe_unused]] int device, const Log& log) {
   if (kind != "auto" && kind != "cpu" && kind != "cuda")
     fail_input("--backend '{}' (expected auto, cpu or cuda)", kind);
@@ -32,6 +40,12 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, [[maybe_unused]] 
 #ifndef DITBATCH_HAVE_CUDA
   if (kind == "cuda") fail_input("--backend cuda: this ditbatch was built without CUDA (-DDITBATCH_CUDA=OFF)");
 #else
+  // A driver too old for this build is refused for auto too: the node has a GPU that this
+  // binary cannot use, and falling back to the CPU would run the job there for days.
+  const int driver_version = cuda_runtime().driver;
+  if (const std::string driver = cuda_driver_problem(cuda_build().cuda, driver_version);
+      !driver.empty() && (kind == "cuda" || driver_version > 0))
+    fail_input("--backend {}: {}{}", kind, driver, kind == "auto" ? " (--backend cpu runs without the GPU)" : "");
   const int gpus = visible_gpu_count();
   if (kind == "cuda" && gpus == 0) fail_input("--backend cuda: no usable GPU ({})", cuda_describe_devices());
   if (gpus > 0) {

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 
+#include "app/backends.h"
 #include "core/build_info.h"
 #include "core/error.h"
 
@@ -50,7 +51,7 @@ int run_command_line(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n";
+    std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n" << gpu_support_report();
     return 0;
   }
   auto it = commands().find(name);

@@ -43,7 +43,7 @@ write "$work/no-git"
 
 # The binary this build made names a commit of this source tree's history.
 version=$("$exe" --version)
-named=$(echo "$version" | awk '{print $3}')
+named=$(echo "$version" | head -n 1 | awk '{print $3}')
 [[ "$named" == unknown ]] && { echo "ok (the build's source has no git: $version)"; exit 0; }
 git -C "$src" cat-file -e "${named%+dirty}^{commit}" || fail "--version names ${named}, not a commit of $src"
 echo "ok ($version)"
