@@ -24,7 +24,7 @@ packages=(
   # Slurm end-to-end tests (#8)
   slurm-wlm slurmctld slurmd slurm-client munge
   # test helpers
-  python3 procps bc shellcheck
+  python3 python3-venv procps bc shellcheck
 )
 
 missing=()

@@ -9,11 +9,13 @@
 #   emulate        tools/ci/emulate.sh: the CUDA backend's tests under emulation
 #   sanitize_fuzz  tools/ci/sanitize_fuzz.sh: a clang ASan + UBSan build, the unit tests under it,
 #                  every parser fuzzed for a bounded time (tests/fuzz)
+#   cuda_portability  tools/ci/cuda_portability.sh: kernels/ against the CUDA 12.4 / cuDNN 9.1
+#                  headers and libraries (PyPI wheels), the kernels for every default architecture
 # A failing stage does not hide the next: every stage runs, the exit status is that of the
 # first failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stages=${TEST_STAGES:-"ctest emulate sanitize_fuzz"}
+stages=${TEST_STAGES:-"ctest emulate sanitize_fuzz cuda_portability"}
 want() { [[ " $stages " == *" $1 "* ]]; }
 
 bash tools/install-deps.sh || exit 1
@@ -32,6 +34,7 @@ main_suite() {
 want ctest && stage ctest main_suite "$@"
 want emulate && stage emulate bash tools/ci/emulate.sh build
 want sanitize_fuzz && stage sanitize_fuzz bash tools/ci/sanitize_fuzz.sh
+want cuda_portability && stage cuda_portability bash tools/ci/cuda_portability.sh
 
 echo "==== stages ===="
 printf '%s\n' "${TIMED_REPORT[@]}"
