@@ -109,6 +109,8 @@ if want 0; then
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
   [[ -n $py ]] && timeout 60 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1
   timeout 60 "$work/bin/ditbatch_cuda_bench" --info 2>&1 | tee "$out/info.txt"
+  # what the binary was built with and finds here (toolkit, cuDNN paths, driver check)
+  [[ -x $work/bin/ditbatch ]] && timeout 60 "$work/bin/ditbatch" --version 2>&1 | tee "$out/version.txt"
   note "stage 0: $(grep -m1 -o 'cudart [0-9]*, driver [0-9]*, cuBLASLt [0-9]* (for CUDA [0-9]*), cuDNN [0-9]* (for CUDA [0-9]*)' "$out/info.txt" || echo 'versions unknown'); $(grep -m1 '^cuDNN SDPA' "$out/info.txt" || echo 'SDPA status unknown')"
 fi
 
