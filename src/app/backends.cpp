@@ -42,9 +42,7 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, [[maybe_unused]] 
 #else
   // A driver too old for this build is refused for auto too: the node has a GPU that this
   // binary cannot use, and falling back to the CPU would run the job there for days.
-  const int driver_version = cuda_runtime().driver;
-  if (const std::string driver = cuda_driver_problem(cuda_build().cuda, driver_version);
-      !driver.empty() && (kind == "cuda" || driver_version > 0))
+  if (const std::string driver = cuda_driver_problem(); !driver.empty() && (kind == "cuda" || cuda_runtime().driver > 0))
     fail_input("--backend {}: {}{}", kind, driver, kind == "auto" ? " (--backend cpu runs without the GPU)" : "");
   const int gpus = visible_gpu_count();
   if (kind == "cuda" && gpus == 0) fail_input("--backend cuda: no usable GPU ({})", cuda_describe_devices());

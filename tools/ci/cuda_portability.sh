@@ -164,7 +164,7 @@ step_done "(a) host files against 12.4 / 9.1 headers"
 # ---- (b) the cuDNN graph tests against the 9.1 library --------------------------------------------
 libs=("$nv/cuda_runtime/lib" "$nv/cublas/lib" "$nv/cudnn/lib")
 rpath=$(IFS=:; echo "${libs[*]}")
-g++ -o "$objs/cudnn_graph_tests" "$objs"/{test_cudnn_graphs,cudnn_graph,attention_cudnn,conv_cudnn,cuda_check,cuda_memory,cuda_device,dtype}.o \
+g++ -o "$objs/cudnn_graph_tests" "$objs"/{test_cudnn_graphs,cudnn_graph,attention_cudnn,conv_cudnn,cuda_check,cuda_memory,cuda_device,cuda_versions,dtype}.o \
   "$nv/cuda_runtime/lib/libcudart.so.12" "$nv/cublas/lib/libcublasLt.so.12" "$nv/cudnn/lib/libcudnn.so.9" \
   -lgtest -lgtest_main -lfmt -pthread -Wl,-rpath,"$rpath" || fail "linking tests/cudnn against the 12.4 / 9.1 libraries"
 ldd "$objs/cudnn_graph_tests" | grep -E 'libcudart|libcublasLt|libcudnn' | sed 's/^/  /'

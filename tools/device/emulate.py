@@ -30,7 +30,7 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EMU = os.path.join(ROOT, "tools", "device", "emu")
 KERNELS = os.path.join(ROOT, "kernels")
-HOST_SOURCES = ["cuda_backend.cpp", "cuda_memory.cpp", "cuda_check.cpp"]  # gemm.cpp, attention_cudnn.cpp: stubs
+HOST_SOURCES = ["cuda_backend.cpp", "cuda_memory.cpp", "cuda_check.cpp", "cuda_versions.cpp"]  # gemm.cpp, attention_cudnn.cpp: stubs
 SKIPPED_CU = {"cuda_device.cu"}  # stubbed in emu_stubs.cpp
 TESTS = ["test_cuda_ops.cpp", "test_cuda_pipeline.cpp"]
 DEFAULT_FILTER = "*Cuda*:-*CudaAttentionLarge*"

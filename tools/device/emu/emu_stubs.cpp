@@ -18,6 +18,16 @@ std::string cuda_library_versions() { return "emulated: no cudart, cuBLASLt or c
 std::string cuda_library_paths() { return ""; }
 std::string cuda_kernel_image_check() { return ""; }
 std::string cuda_device_uuid(int) { return "e0000000000000000000000000000000"; }
+CudaBuild cuda_build() {
+  CudaBuild b;
+  b.architectures = "CPU emulation";
+  return b;
+}
+CudaRuntime cuda_runtime() { return {}; }
+std::string cuda_driver_problem() { return ""; }  // the emulated device needs no driver
+std::string cuda_version_report() {
+  return "CUDA backend: CPU emulation (tools/device/emulate.py): no toolkit, driver or cuDNN\n";
+}
 
 namespace cuda {
 
