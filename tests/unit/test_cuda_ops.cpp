@@ -42,10 +42,6 @@ std::unique_ptr<CudaBackend> make_backend(DType act, std::optional<CudaAttention
 
 using test::metric;
 
-// The bound on nmse(CUDA, CPU) for outputs outside the op cases: fp32 arithmetic in another
-// order, or one bf16 rounding of the result (~2.5e-6 of nmse), 8x margin.
-double bound_vs_cpu(DType out_dtype) { return out_dtype == DType::BF16 ? 2e-5 : 1e-9; }
-
 int64_t count_non_finite(const Tensor& t) {
   int64_t n = 0;
   for (int64_t i = 0; i < t.numel(); ++i) n += !std::isfinite(t.data<float>()[i]);

@@ -68,7 +68,9 @@ TEST(Selftest, AWrongOpFailsNamingIt) {
   EXPECT_FALSE(report.passed());
   EXPECT_EQ(report.verdict(), "FAIL: ops f32/silu") << report.table(false);
   for (const auto& row : report.checks())
-    if (row.name == "silu") EXPECT_NE(row.note.find("above the bound"), std::string::npos) << row.note;
+    if (row.name == "silu") {
+      EXPECT_NE(row.note.find("above the bound"), std::string::npos) << row.note;
+    }
 
   selftest::Report nan;
   selftest::check_ops(nan, faulty(FaultyBackend::Fault::GeluLeavesANaN), {DType::F32}, true);
@@ -80,8 +82,9 @@ TEST(Selftest, AWrongOpFailsNamingIt) {
   selftest::Report attention;
   selftest::check_ops(attention, faulty(FaultyBackend::Fault::AttentionScaleOff), {DType::F32}, false);
   for (const auto& row : attention.checks())
-    if (row.group == "ops f32")
+    if (row.group == "ops f32") {
       EXPECT_EQ(row.status == selftest::Status::Fail, row.name.rfind("attention", 0) == 0) << row.name << ": " << row.note;
+    }
 }
 
 TEST(Selftest, TheCpuPassesAgainstFloat64AndDiffusers) {
