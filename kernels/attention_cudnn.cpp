@@ -16,7 +16,7 @@ std::string sdpa_unusable() {
 
 }  // namespace
 
-CudnnSdpa::CudnnSdpa() : CudnnPath(sdpa_unusable()) {}
+CudnnSdpa::CudnnSdpa() : CudnnPath(sdpa_unusable(), /*dynamic_shapes=*/true) {}
 
 bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void* o, DType dtype,
                          const AttentionShape& s, std::string* why) const {

@@ -5,7 +5,10 @@
 
 namespace ditbatch::cuda {
 
-CudnnConv::CudnnConv() : CudnnPath(cudnn::unusable_reason(kMinVersion, "the convolution graph")) {}
+// The VAE's convolutions have a few shapes per resolution: a plan each, from the precompiled
+// engines (with dynamic shapes cuDNN 9.19 offers only runtime-compiled ones).
+CudnnConv::CudnnConv()
+    : CudnnPath(cudnn::unusable_reason(kMinVersion, "the convolution graph"), /*dynamic_shapes=*/false) {}
 
 bool CudnnConv::eligible(const void* x, const void* w, const void* bias, const void* y, DType dtype,
                          const ConvShape& s, std::string* why) const {

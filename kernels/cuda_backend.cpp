@@ -237,7 +237,7 @@ struct CudaBackend::Impl {
   }
 
   // o [Lq, H, Dh] (allocated, or rows of a larger tensor) = attention of checked q, k, v, by
-  // the path the options choose: flash kernel, cuDNN's SDPA (self-checked once per plan), or
+  // the path the options choose: flash kernel, cuDNN's SDPA (self-checked once per engine config), or
   // the GEMM path, which also catches whatever cuDNN refuses.
   void attention_to(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, float scale, bool causal) {
     cuda::AttentionShape s;
@@ -261,7 +261,7 @@ struct CudaBackend::Impl {
       const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
       if (cudnn_ran(sdpa, result, error, "the GEMM attention path")) {
         ++attention_calls[0];
-        if (result == cuda::CudnnPath::Result::RanNewPlan && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
+        if (result == cuda::CudnnPath::Result::RanNewEngine && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
         return;
       }
     }
@@ -273,7 +273,7 @@ struct CudaBackend::Impl {
   bool cudnn_ran(cuda::CudnnPath& path, cuda::CudnnPath::Result result, const std::string& error,
                  const char* fallback) {
     using Result = cuda::CudnnPath::Result;
-    if (result == Result::Ran || result == Result::RanNewPlan) return true;
+    if (result == Result::Ran || result == Result::RanNewEngine) return true;
     if (result == Result::NoPlan) {
       log.warn("{}; using {} for this shape", error, fallback);
     } else {
@@ -305,7 +305,7 @@ struct CudaBackend::Impl {
     ++conv_calls[1];
   }
 
-  // The first output of a new cuDNN plan (got) against our own path's (ref): a layout or
+  // The first output of an engine config new to a cuDNN path (got) against our own path's (ref): a layout or
   // version problem shows as a large error (bf16 vs bf16 by two algorithms: ~1e-5; a layout
   // error: ~1). Then ref is taken and the reason returned, for the caller to switch that cuDNN
   // path off for the rest of the run; "" when the plan agrees.
@@ -604,7 +604,7 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
     const auto result = m.conv.run(m.ctx, xp, w.raw(), bp, y.raw(), out_dtype, s, &error);
     if (m.cudnn_ran(m.conv, result, error, "im2col + cuBLASLt")) {
       ++m.conv_calls[0];
-      if (result == cuda::CudnnPath::Result::RanNewPlan && m.opt.cudnn_self_check)
+      if (result == cuda::CudnnPath::Result::RanNewEngine && m.opt.cudnn_self_check)
         m.self_check_conv(xp, w.raw(), bp, y, s);
       return y;
     }

@@ -12,6 +12,9 @@ namespace ditbatch::cuda::cudnn {
 
 bool sdpa_compiled() { return DITBATCH_CUDNN_HAS_SDPA; }
 bool deviceless_compiled() { return DITBATCH_CUDNN_HAS_DEVICEPROP; }
+bool kernel_cache_usable() {
+  return DITBATCH_CUDNN_HAS_KERNEL_CACHE && cudnnGetVersion() >= DITBATCH_CUDNN_KERNEL_CACHE_HEADERS;
+}
 
 std::string not_compiled_reason(const char* what, int needed_version) {
   return cat(what, " is not compiled in: this build's cuDNN headers are ", CUDNN_MAJOR, ".", CUDNN_MINOR, ".",
@@ -197,7 +200,76 @@ void set_device_properties(Desc& target, const Desc& props, bool plan) {
 
 // ---- heuristics, plan, execution ----------------------------------------------------------------
 
-std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props, bool finalize_plan) {
+namespace {
+
+// The engine descriptor an engine config names (cuDNN copies it into one we own).
+Desc engine_of(const Desc& config) {
+  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t raw = engine.get();
+  int64_t n = 0;
+  ok(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw),
+     "engine of an engine config");
+  return engine;
+}
+
+bool is_exact(const std::vector<cudnnBackendNumericalNote_t>& notes) {
+  for (const auto note : notes)
+    if (note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC || note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      return false;
+  return true;
+}
+
+void set_kernel_cache(Desc& plan, Desc& cache) {
+#if DITBATCH_CUDNN_HAS_KERNEL_CACHE
+  plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE, cache, "plan kernel cache");
+#else
+  (void)plan, (void)cache;
+#endif
+}
+
+}  // namespace
+
+std::vector<cudnnBackendNumericalNote_t> numerical_notes(const Desc& config) {
+  const Desc engine = engine_of(config);
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  int64_t n = 0;
+  ok(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                              static_cast<int64_t>(notes.size()), &n, notes.data()),
+     "engine numerical notes");
+  return {notes.begin(), notes.begin() + std::clamp<int64_t>(n, 0, static_cast<int64_t>(notes.size()))};
+}
+
+std::string engine_name(const Desc& config) {
+  const Desc engine = engine_of(config);
+  int64_t index = -1, n = 0;
+  ok(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index),
+     "engine global index");
+  std::vector<Desc> choices;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+    choices.emplace_back(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+    raw.push_back(choices.back().get());
+  }
+  ok(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                              static_cast<int64_t>(raw.size()), &n, raw.data()),
+     "engine config knob choices");
+  std::string knobs;
+  for (int64_t i = 0; i < std::min<int64_t>(n, static_cast<int64_t>(raw.size())); ++i) {
+    cudnnBackendKnobType_t type{};
+    int64_t value = 0, got = 0;
+    ok(cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1,
+                                &got, &type),
+       "knob type");
+    ok(cudnnBackendGetAttribute(raw[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
+                                &got, &value),
+       "knob value");
+    knobs += cat(knobs.empty() ? "" : " ", static_cast<int>(type), "=", value);
+  }
+  return cat("engine ", index, knobs.empty() ? "" : " (knobs ", knobs, knobs.empty() ? "" : ")");
+}
+
+std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props, bool finalize_plan,
+                                Desc* kernel_cache) {
   auto p = std::make_unique<Plan>();
   p->graph = std::move(graph);
   const std::string& name = p->graph.name;
@@ -208,7 +280,26 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
   for (const Desc& op : p->graph.ops) ops.push_back(op.get());
   p->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()),
                   ops.data(), "graph ops");
+#if DITBATCH_CUDNN_HAS_KERNEL_CACHE
+  if (kernel_cache) {
+    const bool yes = true;
+    p->op_graph.set(CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED, CUDNN_TYPE_BOOLEAN, 1, &yes,
+                    "graph dynamic shapes");
+    p->dynamic_shape = true;
+  }
+#else
+  if (kernel_cache) throw Failure(not_compiled_reason("cuDNN's kernel cache", DITBATCH_CUDNN_KERNEL_CACHE_HEADERS));
+#endif
   p->op_graph.finalize("operation graph");
+#if DITBATCH_CUDNN_HAS_KERNEL_CACHE
+  if (kernel_cache && !kernel_cache->get()) {  // the first graph of this topology makes the cache
+    Desc made(CUDNN_BACKEND_KERNEL_CACHE_DESCRIPTOR);
+    made.set_desc(CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, p->op_graph, "kernel cache graph");
+    made.finalize("kernel cache");
+    *kernel_cache = std::move(made);
+    p->made_kernel_cache = true;
+  }
+#endif
 
   p->heuristics = Desc(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   p->heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, p->op_graph, "heuristics graph");
@@ -234,28 +325,35 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
                       " engine configs but none passed its support checks (usually NVRTC or libcuda not loadable: "
                       "NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING); rerun with CUDNN_LOGLEVEL_DBG=2 "
                       "CUDNN_LOGDEST_DBG=stderr to see cuDNN's reason"));
+  for (int64_t i = 0; i < p->usable_configs; ++i)
+    if (is_exact(numerical_notes(p->configs[static_cast<size_t>(i)]))) p->exact_configs.push_back(static_cast<size_t>(i));
+  if (p->exact_configs.empty())
+    throw Failure(cat(name, ": all ", p->usable_configs,
+                      " usable engine configs are non-deterministic or reduce in reduced precision"));
   if (!finalize_plan) return p;
   if (!handle && !device_props) throw Failure(cat(name, ": a plan needs a handle or device properties"));
 
   std::string failures;
-  for (int64_t i = 0; i < p->usable_configs; ++i) {
-    try {  // the first engine config that finalizes, in heuristic order: deterministic
+  for (const size_t i : p->exact_configs) {
+    try {  // the first exact engine config that finalizes, in heuristic order: deterministic
       Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       if (handle) plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "plan handle");
       else set_device_properties(plan, *device_props, /*plan=*/true);
-      plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, p->configs[static_cast<size_t>(i)], "plan config");
+      plan.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, p->configs[i], "plan config");
+      if (kernel_cache) set_kernel_cache(plan, *kernel_cache);
       plan.finalize("execution plan");
       int64_t n = 0;
       ok(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                   &p->workspace),
          "plan workspace size");
+      p->engine = engine_name(p->configs[i]);
       p->plan = std::move(plan);
       return p;
     } catch (const Failure& e) {
       failures += cat(" [config ", i, ": ", e.what(), "]");
     }
   }
-  throw Failure(cat(name, ": none of the ", p->usable_configs, " engine configs finalized:", failures));
+  throw Failure(cat(name, ": none of the ", p->exact_configs.size(), " exact engine configs finalized:", failures));
 }
 
 cudnnHandle_t PlanCache::handle(cudaStream_t stream) {
@@ -264,26 +362,63 @@ cudnnHandle_t PlanCache::handle(cudaStream_t stream) {
   return handle_;
 }
 
-const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh) {
+PlanCache::PlanCache(std::string disabled, bool dynamic_shapes) : disabled_(std::move(disabled)) {
+  if (!dynamic_shapes)
+    no_kernel_cache_ = "the path's shapes are few";
+  else if (!kernel_cache_usable())
+    no_kernel_cache_ = DITBATCH_CUDNN_HAS_KERNEL_CACHE
+                           ? cat("cuDNN ", cudnnGetVersion(), " predates the kernel cache (9.5.0)")
+                           : not_compiled_reason("cuDNN's kernel cache", DITBATCH_CUDNN_KERNEL_CACHE_HEADERS);
+}
+
+std::unique_ptr<Plan> PlanCache::build(const std::function<Graph()>& make_graph) {
+  if (no_kernel_cache_.empty()) {
+    if (!kernel_cache_) kernel_cache_ = std::make_unique<Desc>();
+    try {
+      return make_plan(make_graph(), handle_, device_props_, true, kernel_cache_.get());
+    } catch (const Failure& e) {
+      // This cuDNN cannot build the graph with dynamic shapes (SDPA's arrived after the
+      // cache): one plan per shape from now on.
+      no_kernel_cache_ = e.what();
+      kernel_cache_.reset();
+    }
+  }
+  return make_plan(make_graph(), handle_, device_props_);
+}
+
+const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_graph, bool* new_engine) {
+  *new_engine = false;
   auto it = plans_.find(key);
-  *fresh = it == plans_.end();
-  if (*fresh) {
+  if (it == plans_.end()) {
     std::unique_ptr<Plan> made;
     try {
-      made = make_plan(make_graph(), handle_);
+      made = build(make_graph);
     } catch (const Failure& e) {
-      // One odd shape costs one fallback; a second refusal is more likely the environment
-      // (NVRTC, driver), where trying every new shape would cost a second each: off then.
       refused_.insert(key);
-      if (refused_.size() >= 2) throw Failure(cat(e.what(), " (the second shape cuDNN refused)"));
+      // One odd shape costs one fallback. Two refusals before any plan was made are more
+      // likely the environment (NVRTC, driver), where every new shape would cost a second: off.
+      if (plans_made_ == 0 && refused_.size() >= 2)
+        throw Failure(cat(e.what(), " (the second shape cuDNN refused, and it has made no plan)"));
       throw NoPlan(e.what());
     }
-    it = plans_.emplace(key, std::move(made)).first;
+    ++plans_made_;
+    if (plans_.size() >= kMaxPlans) {
+      auto oldest = plans_.begin();
+      for (auto i = plans_.begin(); i != plans_.end(); ++i)  // the cache's own graph stays
+        if (!i->second.plan->made_kernel_cache &&
+            (oldest->second.plan->made_kernel_cache || i->second.last_used < oldest->second.last_used))
+          oldest = i;
+      if (!oldest->second.plan->made_kernel_cache) plans_.erase(oldest);
+    }
+    *new_engine = engines_seen_.insert(made->engine).second;
+    it = plans_.emplace(key, Entry{std::move(made), 0}).first;
   }
-  return *it->second;
+  it->second.last_used = ++uses_;
+  return *it->second.plan;
 }
 
 void PlanCache::release() {
+  kernel_cache_.reset();  // before the graph it was made from
   plans_.clear();
   if (handle_) cudnnDestroy(handle_);
   handle_ = nullptr;
@@ -291,12 +426,15 @@ void PlanCache::release() {
 
 void PlanCache::disable(const std::string& why) {
   disabled_ = why;
+  kernel_cache_.reset();
   plans_.clear();
 }
 
 std::string PlanCache::status() const {
   if (disabled()) return "disabled: " + disabled_;
-  return cat("available (cuDNN ", cudnnGetVersion(), ", ", plans_.size(), " plans built)");
+  return cat("available (cuDNN ", cudnnGetVersion(), ", ", plans_made_, " plans of ", engines_seen_.size(),
+             " engine configs, ", no_kernel_cache_.empty() ? "one kernel cache for every shape" : "a plan per shape: " + no_kernel_cache_,
+             ")");
 }
 
 void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
@@ -316,7 +454,8 @@ void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>&
 
 namespace ditbatch::cuda {
 
-CudnnPath::CudnnPath(const std::string& unusable) : cache_(std::make_unique<cudnn::PlanCache>(unusable)) {}
+CudnnPath::CudnnPath(const std::string& unusable, bool dynamic_shapes)
+    : cache_(std::make_unique<cudnn::PlanCache>(unusable, dynamic_shapes)) {}
 CudnnPath::~CudnnPath() = default;
 void CudnnPath::disable(const std::string& why) { cache_->disable(why); }
 void CudnnPath::release() { cache_->release(); }
@@ -331,13 +470,13 @@ CudnnPath::Result CudnnPath::run_plan(const CudaContext& ctx, const std::array<i
                                       std::string* error) {
   try {
     const cudnnHandle_t handle = cache_->handle(ctx.stream);
-    bool fresh = false;
-    const cudnn::Plan& plan = cache_->plan(key, make_graph, &fresh);
+    bool new_engine = false;
+    const cudnn::Plan& plan = cache_->plan(key, make_graph, &new_engine);
     DeviceBlock workspace;
     if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), what);
     cudnn::execute(handle, plan, uids, pointers, workspace.get());
     check_launch(what, ctx.stream, ctx.sync_each_op);
-    return fresh ? Result::RanNewPlan : Result::Ran;
+    return new_engine ? Result::RanNewEngine : Result::Ran;
   } catch (const cudnn::NoPlan& e) {
     if (error) *error = e.what();
     return Result::NoPlan;

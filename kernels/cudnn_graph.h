@@ -33,17 +33,25 @@
 //   device properties for deviceless heuristics (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
 //   CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
 //   CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP): first in 9.8.0.
+//   the kernel cache of a graph's topology with dynamic shapes (CUDNN_BACKEND_KERNEL_CACHE_
+//   DESCRIPTOR, CUDNN_ATTR_KERNEL_CACHE_OPERATION_GRAPH, CUDNN_ATTR_EXECUTION_PLAN_KERNEL_CACHE,
+//   CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED): first in 9.5.0, the same at run time.
 //   the convolution + bias graph and everything else here: in 9.0.0.
 #define DITBATCH_CUDNN_SDPA_HEADERS 91300
 #define DITBATCH_CUDNN_DEVICEPROP_HEADERS 90800
+#define DITBATCH_CUDNN_KERNEL_CACHE_HEADERS 90500
 #define DITBATCH_CUDNN_HAS_SDPA (CUDNN_VERSION >= DITBATCH_CUDNN_SDPA_HEADERS)
 #define DITBATCH_CUDNN_HAS_DEVICEPROP (CUDNN_VERSION >= DITBATCH_CUDNN_DEVICEPROP_HEADERS)
+#define DITBATCH_CUDNN_HAS_KERNEL_CACHE (CUDNN_VERSION >= DITBATCH_CUDNN_KERNEL_CACHE_HEADERS)
 
 namespace ditbatch::cuda::cudnn {
 
 // Whether this build has the path; when not, why (the headers' version and the one needed).
 bool sdpa_compiled();
 bool deviceless_compiled();
+// Whether one compiled kernel can serve every shape of a graph (kernel cache + dynamic shapes),
+// in this build and with the cuDNN loaded.
+bool kernel_cache_usable();
 std::string not_compiled_reason(const char* what, int needed_version);
 
 // A failure while building or running a plan: the callers turn it into a fallback.
@@ -128,45 +136,83 @@ struct Plan {
   Desc plan;
   int64_t engine_configs = 0;  // how many the heuristics listed
   int64_t usable_configs = 0;  // how many of those passed cuDNN's support checks
+  // The usable ones whose numerical notes say neither non-deterministic nor reduced-precision
+  // reduction, in heuristic order: the only ones a plan is made from (the same bytes on every run).
+  std::vector<size_t> exact_configs;
+  std::string engine;  // the chosen config: "engine 12 (knobs 3=1 7=0)"
+  bool dynamic_shape = false;  // built with a kernel cache: other shapes reuse its kernel
+  bool made_kernel_cache = false;  // the cache was made from this plan's graph (kept while it is)
   int64_t workspace = 0;
 };
 
-// Heuristics (mode A) on the graph, then the first engine config, in the heuristics' order,
-// whose execution plan finalizes (deterministic). With a handle: a plan for that handle's GPU.
-// With device_props instead (no GPU): the heuristics, and with finalize_plan a plan for that
-// device (precompiled engines finalize without a GPU; runtime-compiled ones need the driver).
-std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props = nullptr,
-                                bool finalize_plan = true);
+// An engine config's numerical notes (CUDNN_NUMERICAL_NOTE_*).
+std::vector<cudnnBackendNumericalNote_t> numerical_notes(const Desc& config);
+// "engine 12 (knobs 3=1 7=0)": what identifies a config across shapes.
+std::string engine_name(const Desc& config);
 
-// What each cuDNN path of the backend keeps: a handle made on first use, its plans by shape,
-// and, once something failed, why the path is off (it then stays off for the backend's life).
+// Heuristics (mode A) on the graph, then the first exact engine config (above), in the
+// heuristics' order, whose execution plan finalizes (deterministic). With a handle: a plan for
+// that handle's GPU. With device_props instead (no GPU): the heuristics, and with finalize_plan
+// a plan for that device (precompiled engines finalize without a GPU; runtime-compiled ones
+// need the driver). With kernel_cache (kernel_cache_usable()): the graph is built with dynamic
+// shapes and the plan takes its kernel from the cache, compiling it only the first time.
+std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* device_props = nullptr,
+                                bool finalize_plan = true, Desc* kernel_cache = nullptr);
+
+// What each cuDNN path of the backend keeps: a handle made on first use, its plans by shape
+// (at most kMaxPlans, the least recently used dropped first), one kernel cache that every
+// shape's plan shares (a job of 10,000 prompts of many text lengths compiles each engine's
+// kernel once, not once per length), the engine configs already checked, and, once something
+// failed, why the path is off (it then stays off for the backend's life).
 class PlanCache {
  public:
   using Key = std::array<int64_t, 4>;
-  explicit PlanCache(std::string disabled) : disabled_(std::move(disabled)) {}
+  static constexpr size_t kMaxPlans = 64;
+  // dynamic_shapes: build plans with a shared kernel cache (falls back to one plan per shape,
+  // said in status(), where this cuDNN cannot).
+  PlanCache(std::string disabled, bool dynamic_shapes);
   ~PlanCache() { release(); }
   PlanCache(const PlanCache&) = delete;
   PlanCache& operator=(const PlanCache&) = delete;
 
   // The handle, bound to stream.
   cudnnHandle_t handle(cudaStream_t stream);
-  // The plan for key: built with make_graph() and this cache's handle the first time (then
-  // *fresh). A shape cuDNN has no plan for throws NoPlan and is remembered as refused; the
-  // second refused shape throws Failure (the caller then switches the path off).
-  const Plan& plan(const Key& key, const std::function<Graph()>& make_graph, bool* fresh);
+  // Plans for the device props describe instead of a handle's (no GPU: the tests).
+  void use_device_properties(const Desc* props) { device_props_ = props; }
+  // The plan for key: built with make_graph() and this cache's handle the first time.
+  // *new_engine says whether its engine config is one this cache has not run before (the
+  // caller checks its first output). A shape cuDNN has no plan for throws NoPlan and is
+  // remembered as refused; the path stays on for other shapes, except when cuDNN refused the
+  // first two shapes and never made a plan (the environment, e.g. no NVRTC: Failure, the
+  // caller switches the path off).
+  const Plan& plan(const Key& key, const std::function<Graph()>& make_graph, bool* new_engine);
   bool refused(const Key& key) const { return refused_.count(key) > 0; }
-  // Destroys the plans and the handle (before the stream they are bound to goes).
+  // Destroys the plans, the kernel cache and the handle (before the stream they are bound to goes).
   void release();
   void disable(const std::string& why);
   bool disabled() const { return !disabled_.empty(); }
-  // "available (cuDNN 91900, 3 plans built)" or "disabled: <why>".
+  // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)" or "disabled: <why>".
   std::string status() const;
+  size_t plans_held() const { return plans_.size(); }
+  bool has_kernel_cache() const { return kernel_cache_ && kernel_cache_->get(); }
 
  private:
+  struct Entry {
+    std::unique_ptr<Plan> plan;
+    uint64_t last_used = 0;
+  };
+  std::unique_ptr<Plan> build(const std::function<Graph()>& make_graph);
+
   cudnnHandle_t handle_ = nullptr;
+  const Desc* device_props_ = nullptr;
   std::string disabled_;
-  std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<Key, Entry> plans_;
   std::set<Key> refused_;
+  std::set<std::string> engines_seen_;
+  std::unique_ptr<Desc> kernel_cache_;
+  std::string no_kernel_cache_;  // why plans are built without one ("" while it works)
+  uint64_t uses_ = 0;
+  int64_t plans_made_ = 0;
 };
 
 // Queues the plan on the handle's stream. uids and pointers pair up; workspace may be null

@@ -28,16 +28,20 @@ class CudnnPath {
   // run() makes them again.
   void release();
   bool disabled() const;
-  // "available (cuDNN 91900, 3 plans built)" or "disabled: <why>".
+  // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)" or "disabled: <why>".
   std::string status() const;
 
+  // RanNewEngine: ran, with an engine config this path had not run before (the caller checks
+  // that first output against its own path: once per engine config, not once per shape).
   // NoPlan: cuDNN has no plan for this shape (the path stays on for others); Failed: the
   // path should be switched off. Neither wrote the output.
-  enum class Result { Ran, RanNewPlan, NoPlan, Failed };
+  enum class Result { Ran, RanNewEngine, NoPlan, Failed };
 
  protected:
   // unusable: why the cuDNN loaded cannot serve this path at all ("" when it can).
-  explicit CudnnPath(const std::string& unusable);
+  // dynamic_shapes: the path's shapes vary within a job (attention: every prompt length), so
+  // its plans share one kernel cache where cuDNN can (cudnn::PlanCache).
+  CudnnPath(const std::string& unusable, bool dynamic_shapes);
   ~CudnnPath();
   cudnn::PlanCache& cache() const;
   // Queues the plan for key (built with make_graph the first time) on ctx's stream, the tensors

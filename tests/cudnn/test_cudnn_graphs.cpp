@@ -15,11 +15,15 @@
 // file against the cuDNN 9.1 headers and library and runs it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "attention_cudnn.h"
 #include "conv_cudnn.h"
@@ -161,4 +165,133 @@ TEST(CudnnConv, IsOnWheneverTheCudnnLoadedMatchesTheCudaMajor) {
   const bool usable = cudnnGetCudartVersion() / 1000 == static_cast<size_t>(runtime) / 1000;
   EXPECT_EQ(!conv.disabled(), usable) << conv.status();
   std::printf("[cudnn] convolution path: %s\n", conv.status().c_str());
+}
+
+// An engine config's name (engine_name: what the self-check is keyed on) is the engine and
+// knobs cuDNN itself reports for the finalized plan (its JSON form).
+TEST(CudnnGraphs, EngineNamesAreThoseOfCudnnsOwnPlanDescription) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  auto plan = heuristics_on_h200(cudnn::conv3x3_bias_graph(128, 128, 384, 384, DType::BF16), /*finalize=*/true);
+  ASSERT_TRUE(plan);
+  std::vector<char> text(1 << 16);
+  int64_t n = 0;
+  ASSERT_EQ(cudnnBackendGetAttribute(plan->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                                     static_cast<int64_t>(text.size()), &n, text.data()),
+            CUDNN_STATUS_SUCCESS);
+  const auto json = nlohmann::json::parse(std::string(text.data()));
+  const auto& engine = json.at("engine");
+  std::vector<int64_t> values;
+  for (const auto& [name, value] : engine.at("knobChoices").items()) values.push_back(value.get<int64_t>());
+  // "engine 41 (knobs 2=3 13=1 ...)": the id, then type=value pairs
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(plan->engine, m, std::regex("^engine (\\d+)"))) << plan->engine;
+  EXPECT_EQ(std::stoll(m[1]), engine.at("engineId").get<int64_t>()) << plan->engine;
+  std::vector<int64_t> named;
+  const std::regex knob("(\\d+)=(-?\\d+)");
+  for (auto it = std::sregex_iterator(plan->engine.begin(), plan->engine.end(), knob); it != std::sregex_iterator(); ++it)
+    named.push_back(std::stoll((*it)[2]));
+  std::sort(values.begin(), values.end());
+  std::sort(named.begin(), named.end());
+  EXPECT_EQ(named, values) << plan->engine << " vs " << engine.dump();
+}
+
+// Plans are made only from engine configs whose numerical notes promise the same bytes on
+// every run in full precision: the exact list is the usable list less those notes, and a
+// plan's engine is one of them.
+TEST(CudnnGraphs, PlansComeOnlyFromExactEngineConfigs) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  std::vector<std::unique_ptr<cudnn::Plan>> plans;
+  plans.push_back(heuristics_on_h200(cudnn::conv3x3_bias_graph(256, 256, 384, 192, DType::BF16), true));
+  if (cudnn::sdpa_compiled() && cudnnGetVersion() >= 91301)
+    plans.push_back(heuristics_on_h200(cudnn::sdpa_graph(4116, 4116, 24, 128)));
+  for (const auto& plan : plans) {
+    ASSERT_TRUE(plan);
+    std::vector<size_t> expected;
+    for (size_t i = 0; i < static_cast<size_t>(plan->usable_configs); ++i) {
+      bool exact = true;
+      for (const auto note : cudnn::numerical_notes(plan->configs[i]))
+        exact = exact && note != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC &&
+                note != CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION;
+      if (exact) expected.push_back(i);
+    }
+    EXPECT_EQ(plan->exact_configs, expected) << plan->graph.name;
+    EXPECT_FALSE(plan->exact_configs.empty()) << plan->graph.name;
+    if (plan->plan.get()) {
+      bool found = false;
+      for (const size_t i : plan->exact_configs) found = found || cudnn::engine_name(plan->configs[i]) == plan->engine;
+      EXPECT_TRUE(found) << plan->graph.name << ": " << plan->engine;
+    }
+  }
+}
+
+// The plan cache of a path, on cuDNN's real heuristics and plans for an H200 (convolution
+// engines are precompiled: their plans finalize without a GPU).
+TEST(CudnnPlanCache, ChecksEachEngineConfigOnceAndHoldsABoundedNumberOfPlans) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  cudnn::PlanCache cache("", /*dynamic_shapes=*/false);
+  cache.use_device_properties(&props);
+  std::set<std::string> engines;
+  const size_t shapes = cudnn::PlanCache::kMaxPlans + 3;
+  for (size_t i = 0; i < shapes; ++i) {
+    const int64_t H = 8 + static_cast<int64_t>(i), W = 16;
+    bool new_engine = false;
+    const cudnn::Plan& plan =
+        cache.plan({H, W, 16, 32}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &new_engine);
+    EXPECT_EQ(new_engine, engines.insert(plan.engine).second) << "shape " << H << "x" << W << ": " << plan.engine;
+    bool again = true;
+    cache.plan({H, W, 16, 32}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &again);
+    EXPECT_FALSE(again);
+  }
+  EXPECT_LT(engines.size(), shapes) << "every shape had an engine of its own: the check would run per shape";
+  EXPECT_EQ(cache.plans_held(), cudnn::PlanCache::kMaxPlans);
+  std::printf("[cudnn] %zu shapes: %zu engine configs; %s\n", shapes, engines.size(), cache.status().c_str());
+}
+
+TEST(CudnnPlanCache, ARefusedShapeCostsThatShapeOnly) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  const auto refused = []() -> cudnn::Graph { throw cudnn::Failure("no engine for this shape"); };
+  const auto good = [] { return cudnn::conv3x3_bias_graph(32, 32, 16, 32, DType::BF16); };
+  bool new_engine = false;
+  {  // after a plan was made, refusals stay per shape
+    cudnn::PlanCache cache("", false);
+    cache.use_device_properties(&props);
+    cache.plan({32, 32, 16, 32}, good, &new_engine);
+    for (int64_t i = 0; i < 3; ++i) EXPECT_THROW(cache.plan({1, i, 0, 0}, refused, &new_engine), cudnn::NoPlan);
+    EXPECT_TRUE(cache.refused({1, 2, 0, 0}));
+    EXPECT_FALSE(cache.disabled());
+  }
+  {  // two refusals before any plan: the environment, the path goes off
+    cudnn::PlanCache cache("", false);
+    cache.use_device_properties(&props);
+    EXPECT_THROW(cache.plan({1, 0, 0, 0}, refused, &new_engine), cudnn::NoPlan);
+    try {
+      cache.plan({1, 1, 0, 0}, refused, &new_engine);
+      ADD_FAILURE() << "the second refusal before any plan did not throw";
+    } catch (const cudnn::NoPlan&) {
+      ADD_FAILURE() << "the second refusal before any plan was taken for one shape's";
+    } catch (const cudnn::Failure& e) {
+      EXPECT_NE(std::string(e.what()).find("made no plan"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Where cuDNN cannot build a path's graph with dynamic shapes (here: the convolution's
+// dynamic-shape engines compile at run time, which needs the driver), the cache falls back to
+// a plan per shape, says so, and the path stays on.
+TEST(CudnnPlanCache, FallsBackToAPlanPerShapeWithoutDynamicShapes) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  if (!cudnn::kernel_cache_usable()) GTEST_SKIP() << "no kernel cache in this build or cuDNN (9.5.0)";
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  cudnn::PlanCache cache("", /*dynamic_shapes=*/true);
+  cache.use_device_properties(&props);
+  bool new_engine = false;
+  const cudnn::Plan& plan =
+      cache.plan({64, 64, 16, 32}, [] { return cudnn::conv3x3_bias_graph(64, 64, 16, 32, DType::BF16); }, &new_engine);
+  EXPECT_TRUE(plan.plan.get() != nullptr);
+  EXPECT_FALSE(plan.dynamic_shape);
+  EXPECT_FALSE(cache.has_kernel_cache());
+  EXPECT_NE(cache.status().find("a plan per shape"), std::string::npos) << cache.status();
+  std::printf("[cudnn] %s\n", cache.status().c_str());
 }

@@ -10,7 +10,8 @@
 //
 // Everything is timed with CUDA events after a warm-up, median of several runs, on random
 // data (never zeros). A summary table comes last. Options: --size PX (1024), --steps N (50),
-// --text-tokens L (20), --reps N (5), --layers N (60), --skip-models, --models-only (skips 2 and
+// --text-tokens L (20; the forward is also timed at 8 other lengths, first call and second),
+// --reps N (5), --layers N (60), --skip-models, --models-only (skips 2 and
 // 3; the GEMM ceiling of 1 still runs for the MFU), --skip-te, --skip-vae;
 // --info prints the devices, library versions and paths, and exits.
 #include <cuda_runtime.h>
@@ -216,6 +217,24 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     be.synchronize();
     report("host time to queue one forward", fmt::format("{:.1f} ms", median(th)),
            fmt::format("{:.0f}% of the GPU time of a forward (CUDA graph decision)", 100.0 * median(th) / forward_ms));
+    // A job's prompts have many lengths: the first forward at each new text length pays its
+    // plans (cuDNN SDPA: one per joint length, with a kernel cache where cuDNN offers one;
+    // cuBLASLt: per M) and, for an engine config not seen before, the cuDNN self-check.
+    const int64_t lengths[] = {7, 13, 29, 47, 64, 95, 130, 200};
+    std::vector<double> first, again;
+    Stopwatch all;
+    for (const int64_t Ln : lengths) {
+      Tensor t = be.upload(random_host({Ln, 3584}, DType::F32, 40 + static_cast<uint64_t>(Ln), 0.0f, 1.0f), DType::F32);
+      first.push_back(be.time_ms([&] { dit.forward(latents, t, Ln, gh, gw, cond); }));
+      again.push_back(be.time_ms([&] { dit.forward(latents, t, Ln, gh, gw, cond); }));
+    }
+    double first_sum = 0, again_sum = 0;
+    for (size_t i = 0; i < first.size(); ++i) first_sum += first[i], again_sum += again[i];
+    report(fmt::format("first forward at {} new text lengths (7..200)", std::size(lengths)),
+           fmt::format("{:.1f} ms each", first_sum / static_cast<double>(first.size())),
+           fmt::format("{:.2f}x the second at the same length ({:.1f} ms); {:.1f} s in all; {}",
+                       first_sum / again_sum, again_sum / static_cast<double>(again.size()), all.seconds(),
+                       be.stats().sdpa_status));
   }
   const double flops = QwenImageTransformer::forward_flops(dit_config, gh * gw, L);
   const double tflops = flops / (forward_ms * 1e-3) / 1e12;

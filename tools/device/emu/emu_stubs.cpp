@@ -53,14 +53,14 @@ void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
 namespace cudnn {
 class PlanCache {};
 }  // namespace cudnn
-CudnnPath::CudnnPath(const std::string&) {}
+CudnnPath::CudnnPath(const std::string&, bool) {}
 CudnnPath::~CudnnPath() = default;
 void CudnnPath::disable(const std::string&) {}
 void CudnnPath::release() {}
 bool CudnnPath::disabled() const { return true; }
 std::string CudnnPath::status() const { return "disabled: CPU emulation has no cuDNN"; }
 
-CudnnSdpa::CudnnSdpa() : CudnnPath("") {}
+CudnnSdpa::CudnnSdpa() : CudnnPath("", true) {}
 bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&,
                          std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
@@ -72,7 +72,7 @@ CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, c
   return Result::Failed;
 }
 
-CudnnConv::CudnnConv() : CudnnPath("") {}
+CudnnConv::CudnnConv() : CudnnPath("", false) {}
 bool CudnnConv::eligible(const void*, const void*, const void*, const void*, DType, const ConvShape&,
                          std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
