@@ -54,6 +54,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 
 work=$(mktemp -d /tmp/dbslurm.XXXXXX)   # short: munge's socket lives under it
 chmod 755 "$work"                        # ... and munged wants its folders searchable
+# Open MPI's shared-memory transport (vader) names its segments in /dev/shm by host, job and
+# local rank, and every test cluster's first job is job 1: two test clusters at once (ctest -j2)
+# or the segments a killed run left behind made ranks of another cluster's job 1 open the same
+# segments (a segfault in MPI_Init or MPI_Comm_split_type). Each cluster's jobs keep theirs here.
+mkdir -p "$work/shm"
+export OMPI_MCA_btl_vader_backing_directory=$work/shm
 cl=$work/c
 watchdog='' waiter=''
 cleanup() {
@@ -227,9 +233,9 @@ case $case_name in
 
   multinode)
     # jobs/generate-multinode.sbatch as it is (2 nodes x 4 tasks, --gres=gpu:4) on two slurmd
-    # "nodes" of this one host. Their ranks share /dev/shm, where Open MPI's shared-memory
-    # transport (vader) names its segments by host, job and local rank: two fake nodes on one
-    # host collide (a segfault in MPI_Comm_split_type), so this test uses TCP only.
+    # "nodes" of this one host. Their ranks share the vader backing folder (above), where
+    # segments are named by host, job and local rank: two fake nodes on one host collide (a
+    # segfault in MPI_Comm_split_type), so this test uses TCP only.
     export OMPI_MCA_btl=self,tcp
     job_inputs 16 64 "a mountain village in autumn, number"
     start_cluster 2
