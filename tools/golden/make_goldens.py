@@ -41,6 +41,7 @@ torch.set_num_threads(1)
 torch.set_grad_enabled(False)
 
 import diffusers  # noqa: E402
+import peft  # noqa: E402  (diffusers' LoRA loading backend)
 import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from diffusers import (  # noqa: E402
@@ -76,6 +77,7 @@ PINNED = {
     "numpy": "2.4.6",
     "tokenizers": "0.23.3",
     "h5py": "3.16.0",
+    "peft": "0.21.2",
 }
 
 # The Qwen-Image prompt template and drop index, as diffusers 0.42.1 hard-codes them
@@ -126,7 +128,7 @@ SEED_TRANSFORMER_PARAMS = 1001
 SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
-STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline"]
+STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora"]
 
 
 def log(msg):
@@ -1043,7 +1045,7 @@ PIPE_SIZES = [(64, 64), (48, 80)]  # (height, width)
 PIPE_STEPS = 6
 
 
-def run_pipeline_case(pipe, prompt, negative, cfg_scale, height, width, seed):
+def run_pipeline_case(pipe, prompt, negative, cfg_scale, height, width, seed, steps=PIPE_STEPS):
     rec = {"steps": [], "encode": [], "latents": []}
     orig_encode = pipe.encode_prompt
     orig_prepare = pipe.prepare_latents
@@ -1065,7 +1067,7 @@ def run_pipeline_case(pipe, prompt, negative, cfg_scale, height, width, seed):
     pipe.encode_prompt = encode
     pipe.prepare_latents = prepare
     try:
-        kwargs = dict(prompt=prompt, height=height, width=width, num_inference_steps=PIPE_STEPS,
+        kwargs = dict(prompt=prompt, height=height, width=width, num_inference_steps=steps,
                       true_cfg_scale=cfg_scale, callback_on_step_end=on_step)
         if negative is not None:
             kwargs["negative_prompt"] = negative
@@ -1143,6 +1145,277 @@ def stage_pipeline(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: lora (LoRA files in every format QwenImagePipeline.load_lora_weights reads, the tiny
+# pipeline run with them through load_lora_weights + set_adapters, and the Lightning scheduler)
+
+LORA_RANK = 4
+# The Lightning recipe of diffusers' docs (docs/source/en/api/pipelines/qwenimage.md).
+LIGHTNING_SCHEDULER_CONFIG = dict(
+    base_image_seq_len=256,
+    base_shift=math.log(3),  # shift 3 in distillation
+    invert_sigmas=False,
+    max_image_seq_len=8192,
+    max_shift=math.log(3),
+    num_train_timesteps=1000,
+    shift=1.0,
+    shift_terminal=None,
+    stochastic_sampling=False,
+    time_shift_type="exponential",
+    use_beta_sigmas=False,
+    use_dynamic_shifting=True,
+    use_exponential_sigmas=False,
+    use_karras_sigmas=False,
+)
+# scheduler_config.json files a user may give (--scheduler-config): partial ones get the
+# scheduler's __init__ defaults, as FlowMatchEulerDiscreteScheduler.from_config fills them in.
+CUSTOM_SCHEDULER_CONFIGS = {
+    "lightning": LIGHTNING_SCHEDULER_CONFIG,
+    "static_shift_3p1": dict(shift=3.1, use_dynamic_shifting=False),
+    "static_shift_1p7_terminal_0p1": dict(shift=1.7, use_dynamic_shifting=False, shift_terminal=0.1),
+    "linear_terminal_false": dict(SCHEDULER_CONFIG, time_shift_type="linear", shift_terminal=False),
+    "exponential_custom_shift": dict(use_dynamic_shifting=True, base_shift=0.3, max_shift=1.2,
+                                     base_image_seq_len=128, max_image_seq_len=4096),
+}
+LORA_SCHED_STEPS = [2, 4, 8, 20, 50]
+LORA_SCHED_SEQ_LENS = [15, 16, 1024, 4096, 6889]
+
+BLOCK_ATTN = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.add_q_proj", "attn.add_k_proj", "attn.add_v_proj",
+              "attn.to_out.0", "attn.to_add_out"]
+BLOCK_MLP = ["img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"]
+BLOCK_MOD = ["img_mod.1", "txt_mod.1"]
+TOP_LEVEL = ["img_in", "txt_in", "proj_out", "norm_out.linear", "time_text_embed.timestep_embedder.linear_1",
+             "time_text_embed.timestep_embedder.linear_2"]
+
+
+def block_modules(names, blocks=(0, 1)):
+    return [f"transformer_blocks.{i}.{n}" for i in blocks for n in names]
+
+
+def random_factors(linears, modules, seed, dtype, ranks=None):
+    """lora_A [r, in] ~ N(0, 1/in), lora_B [out, r] ~ 0.3 N(0, 1/r): B A changes W by ~30 %."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for m in modules:
+        o, i = linears[m]
+        r = (ranks or {}).get(m, LORA_RANK)
+        a = torch.randn(r, i, generator=g, dtype=torch.float32) / math.sqrt(i)
+        b = torch.randn(o, r, generator=g, dtype=torch.float32) * (0.3 / math.sqrt(r))
+        out[m] = (a.to(dtype), b.to(dtype))
+    return out
+
+
+def kohya_name(module):
+    return "lora_unet_" + module.replace(".", "_")
+
+
+def write_lora_files(dst, linears):
+    """Writes one small LoRA per format; returns {stem: (path, {module: (A, B, alpha or None)}, metadata scale)}."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+    dst.mkdir(parents=True, exist_ok=True)
+    files = {}
+
+    # 1. diffusers / PEFT as diffusers' own trainers save it: transformer.<module>.lora_A/B.weight and
+    #    the LoraConfig in the safetensors metadata (lora_alpha 8 != r 4, one module's alpha by alpha_pattern).
+    mods = block_modules(BLOCK_ATTN + BLOCK_MLP)
+    f = random_factors(linears, mods, 7001, torch.float32)
+    layers = {}
+    for m, (a, b) in f.items():
+        layers[f"{m}.lora_A.weight"], layers[f"{m}.lora_B.weight"] = a, b
+    config = LoraConfig(r=LORA_RANK, lora_alpha=8, target_modules=mods,
+                        alpha_pattern={"transformer_blocks.1.attn.to_q": 2})
+    metadata = config.to_dict()
+    # PEFT keeps target_modules as a set: sorted, so that the file is the same on every run
+    # (a set's order changes with Python's hash seed).
+    metadata["target_modules"] = sorted(metadata["target_modules"])
+    QwenImagePipeline.save_lora_weights(str(dst), transformer_lora_layers=layers,
+                                        transformer_lora_adapter_metadata=metadata,
+                                        weight_name="peft_metadata.safetensors")
+    files["peft_metadata"] = {m: (a, b, None) for m, (a, b) in f.items()}
+
+    # 2. PEFT names without the transformer. prefix and an .alpha per module (alpha 3, rank 4).
+    mods = block_modules(BLOCK_ATTN + BLOCK_MOD, blocks=(0,)) + block_modules(BLOCK_MLP, blocks=(1,))
+    f = random_factors(linears, mods, 7002, torch.float32)
+    sd = {}
+    for m, (a, b) in f.items():
+        sd[f"{m}.lora_A.weight"], sd[f"{m}.lora_B.weight"] = a, b
+        sd[f"{m}.alpha"] = torch.tensor(3.0)
+    save_file(sd, str(dst / "peft_alpha.safetensors"))
+    files["peft_alpha"] = {m: (a, b, 3.0) for m, (a, b) in f.items()}
+
+    # 3. Kohya: lora_unet_<flattened module>.lora_down/lora_up/.alpha, with img_mod / txt_mod and every
+    #    top-level linear; rank 2 on the top-level ones (per-module ranks), alpha 3 (scale 0.75 and 1.5).
+    mods = TOP_LEVEL + block_modules(BLOCK_MOD + ["attn.to_q", "attn.add_v_proj", "img_mlp.net.2"])
+    f = random_factors(linears, mods, 7003, torch.float32, ranks={m: 2 for m in TOP_LEVEL})
+    sd = {}
+    for m, (a, b) in f.items():
+        k = kohya_name(m)
+        sd[f"{k}.lora_down.weight"], sd[f"{k}.lora_up.weight"] = a, b
+        sd[f"{k}.alpha"] = torch.tensor(3.0)
+    save_file(sd, str(dst / "kohya.safetensors"))
+    files["kohya"] = {m: (a, b, 3.0) for m, (a, b) in f.items()}
+
+    # 4. ComfyUI / LightX2V / the Lightning files: diffusion_model.<module>.lora_down/lora_up/.alpha in
+    #    bf16, every linear of every block (alpha 8, rank 4: scale 2, exact in bf16 as diffusers folds it).
+    mods = block_modules(BLOCK_MOD + BLOCK_ATTN + BLOCK_MLP)
+    f = random_factors(linears, mods, 7004, torch.bfloat16)
+    sd = {}
+    for m, (a, b) in f.items():
+        sd[f"diffusion_model.{m}.lora_down.weight"], sd[f"diffusion_model.{m}.lora_up.weight"] = a, b
+        sd[f"diffusion_model.{m}.alpha"] = torch.tensor(8.0, dtype=torch.bfloat16)
+    save_file(sd, str(dst / "comfy_bf16.safetensors"))
+    files["comfy_bf16"] = {m: (a, b, 8.0) for m, (a, b) in f.items()}
+
+    # 5. A mix the converter accepts, in fp16: diffusion_model. on some keys and none on others,
+    #    lora_A/lora_B with PEFT's adapter infix (lora_A.default.weight) on some, .alpha on some
+    #    (alpha 2, rank 4: 0.5, exact in fp16); the rest scale 1.
+    mods = block_modules(["attn.to_k", "attn.to_v", "txt_mlp.net.0.proj", "img_mod.1"]) + ["proj_out"]
+    f = random_factors(linears, mods, 7005, torch.float16)
+    sd, fm = {}, {}
+    for n, (m, (a, b)) in enumerate(f.items()):
+        prefix = "diffusion_model." if n % 2 == 0 else ""
+        infix = "default." if n % 3 == 1 else ""
+        sd[f"{prefix}{m}.lora_A.{infix}weight"], sd[f"{prefix}{m}.lora_B.{infix}weight"] = a, b
+        alpha = 2.0 if n % 3 != 2 else None
+        if alpha is not None:
+            sd[f"{prefix}{m}.alpha"] = torch.tensor(alpha, dtype=torch.float16)
+        fm[m] = (a, b, alpha)
+    save_file(sd, str(dst / "mixed_f16.safetensors"))
+    files["mixed_f16"] = fm
+    for p in dst.iterdir():
+        os.chmod(p, 0o644)
+    return files
+
+
+def expected_lora_delta(files, adapters, linears):
+    """W' - W of each module, in float64, by the rule ditbatch implements: s * (alpha / rank) * B A with
+    alpha = rank where the file has none, times lora_alpha / r of the file's LoraConfig metadata."""
+    delta = {}
+    for stem, strength in adapters:
+        for m, (a, b, alpha) in files[stem].items():
+            r = a.shape[0]
+            scale = (alpha / r) if alpha is not None else 1.0
+            if stem == "peft_metadata":
+                scale *= (2 if m == "transformer_blocks.1.attn.to_q" else 8) / LORA_RANK
+            d = strength * scale * (b.double() @ a.double())
+            delta[m] = delta.get(m, 0) + d
+    return delta
+
+
+def check_lora_applied(pipe, files, adapters, linears, base_weights):
+    """diffusers' effective weights (PEFT's get_delta_weight of every active adapter) equal the rule above."""
+    from peft.tuners.lora import LoraLayer
+    want = expected_lora_delta(files, adapters, linears)
+    names = [stem for stem, _ in adapters]
+    seen = set()
+    for name, module in pipe.transformer.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        got = sum((module.get_delta_weight(n).double() for n in names if n in module.lora_A), 0)
+        if name in want:
+            seen.add(name)
+            err = (got - want[name]).abs().max().item() if torch.is_tensor(got) else float("inf")
+            if err > 1e-5 * want[name].abs().max().item():
+                fail(f"lora: {name}: diffusers' delta weight differs from s * alpha / r * B A by {err:.3g}")
+        elif torch.is_tensor(got) and got.abs().max().item() != 0:
+            fail(f"lora: {name}: diffusers changed a module no active LoRA names")
+    if seen != set(want):
+        fail(f"lora: modules the LoRAs name but diffusers did not adapt: {sorted(set(want) - seen)[:5]}")
+
+
+LORA_CASES = [
+    # (adapters [(file stem, strength)], scheduler, steps, negative prompt (None: no CFG), (height, width))
+    ([("peft_metadata", 1.0)], "model", 6, " ", (64, 64)),
+    ([("peft_metadata", 0.7)], "model", 6, None, (48, 80)),
+    ([("peft_alpha", 1.0)], "model", 6, " ", (48, 80)),
+    ([("kohya", 1.0)], "model", 6, " ", (64, 64)),
+    ([("comfy_bf16", 1.0)], "model", 6, None, (64, 64)),
+    ([("mixed_f16", 1.0)], "model", 6, " ", (64, 64)),
+    ([("kohya", 0.7), ("comfy_bf16", 1.0)], "model", 6, " ", (48, 80)),
+    ([("comfy_bf16", 1.0)], "lightning", 8, None, (64, 64)),
+    ([("peft_metadata", 0.7), ("mixed_f16", -0.5)], "lightning", 8, None, (48, 80)),
+]
+LORA_PROMPT = "A cat holding a sign that says hello world"
+
+
+def stage_lora(out):
+    pipe = load_tiny(out)
+    linears = {n: tuple(m.weight.shape) for n, m in pipe.transformer.named_modules() if isinstance(m, torch.nn.Linear)}
+    base_weights = {n: p.clone() for n, p in pipe.transformer.state_dict().items()}
+    lora_dir = out / "lora"
+    if lora_dir.exists():
+        shutil.rmtree(lora_dir)
+    files = write_lora_files(lora_dir, linears)
+    model_scheduler = pipe.scheduler
+    lightning = FlowMatchEulerDiscreteScheduler.from_config(LIGHTNING_SCHEDULER_CONFIG)
+    for stem in files:
+        pipe.load_lora_weights(str(lora_dir / f"{stem}.safetensors"), adapter_name=stem)
+    with h5_create(out / "lora.h5", "tiny QwenImagePipeline with LoRAs (load_lora_weights + set_adapters) and "
+                                    "custom schedulers (float32, CPU)") as f:
+        f.attrs["lora_dir"] = "tests/data/golden/lora"
+        f.attrs["peft_version"] = str(peft.__version__)
+        f.attrs["lightning_scheduler_config"] = json.dumps(LIGHTNING_SCHEDULER_CONFIG, sort_keys=True)
+        g = f.create_group("cases")
+        for k, (adapters, sched, steps, negative, (height, width)) in enumerate(LORA_CASES):
+            pipe.scheduler = lightning if sched == "lightning" else model_scheduler
+            seed = 6000 + k
+            pipe.set_adapters([s for s, _ in adapters], [w for _, w in adapters])
+            check_lora_applied(pipe, files, adapters, linears, base_weights)
+            r = run_pipeline_case(pipe, LORA_PROMPT, negative, 4.0, height, width, seed, steps=steps)
+            pipe.disable_lora()
+            plain = run_pipeline_case(pipe, LORA_PROMPT, negative, 4.0, height, width, seed, steps=steps)
+            pipe.enable_lora()
+            effect = ((r["final_latents"] - plain["final_latents"]).norm() / plain["final_latents"].norm()).item()
+            # The C++ test's bound (latents NMSE 1e-10) resolves 1e-5 relative: 1 % is a thousand times that.
+            if not effect > 0.01:
+                fail(f"lora case {k}: the LoRAs change the latents by only {effect:.3g} (relative): a golden that "
+                     "cannot tell a LoRA from none")
+            changed_pixels = float(np.mean(r["image_uint8"] != plain["image_uint8"]))
+            if not changed_pixels > 0.1:
+                fail(f"lora case {k}: the LoRAs change only {changed_pixels:.1%} of the image's values")
+            c = g.create_group(f"{k:02d}")
+            c.attrs["lora_files"] = json.dumps([f"{s}.safetensors" for s, _ in adapters])
+            c.attrs["lora_strengths"] = np.asarray([w for _, w in adapters], dtype=np.float64)
+            c.attrs["scheduler"] = sched
+            c.attrs["prompt"] = LORA_PROMPT
+            c.attrs["negative_prompt"] = negative if negative is not None else ""
+            c.attrs["true_cfg"] = np.int64(negative is not None)
+            c.attrs["true_cfg_scale"] = np.float64(4.0)
+            c.attrs["height"] = np.int64(height)
+            c.attrs["width"] = np.int64(width)
+            c.attrs["steps"] = np.int64(steps)
+            c.attrs["seed"] = np.int64(seed)
+            c.attrs["max_sequence_length"] = np.int64(512)
+            c.attrs["lora_effect"] = np.float64(effect)
+            c.attrs["lora_changed_pixels"] = np.float64(changed_pixels)
+            put(c, "sigmas", r["sigmas"], np.float32)
+            put(c, "timesteps", r["timesteps"], np.float32)
+            put(c, "final_latents", r["final_latents"], np.float32)
+            put(c, "final_latents_without_lora", plain["final_latents"], np.float32)
+            put(c, "image_uint8", r["image_uint8"], np.uint8)
+            log(f"lora case {k}: {adapters} {sched} {steps} steps cfg {negative is not None} {height}x{width}: "
+                f"the LoRAs move the latents by {effect:.3f} (relative) and change {changed_pixels:.0%} of the pixels")
+        pipe.scheduler = model_scheduler
+        s = f.create_group("schedules")
+        for name, config in CUSTOM_SCHEDULER_CONFIGS.items():
+            sched = FlowMatchEulerDiscreteScheduler.from_config(config)
+            sg = s.create_group(name)
+            sg.attrs["config"] = json.dumps(config, sort_keys=True)
+            for n in LORA_SCHED_STEPS:
+                for seq in LORA_SCHED_SEQ_LENS:
+                    mu, sigmas, timesteps = qwen_schedule(sched, n, seq)
+                    if torch.isnan(sigmas).any():
+                        fail(f"lora: schedule {name} N={n} S={seq} has NaN")
+                    cg = sg.create_group(f"steps_{n}/seq_{seq}")
+                    cg.attrs["mu"] = np.float64(mu)
+                    put(cg, "sigmas", sigmas, np.float32)
+                    put(cg, "timesteps", timesteps, np.float32)
+    size = sum(p.stat().st_size for p in lora_dir.iterdir())
+    log(f"lora: wrote {len(LORA_CASES)} cases, {len(CUSTOM_SCHEDULER_CONFIGS)} schedulers and {len(files)} LoRA files "
+        f"({size / 1e3:.0f} kB)")
+
+
+# ------------------------------------------------------------------------------------------
 # Verification: regenerate into a temp dir and compare every dataset and attribute.
 
 def compare_h5(a_path, b_path):
@@ -1179,7 +1452,7 @@ def compare_h5(a_path, b_path):
 def verify(out, stages):
     with tempfile.TemporaryDirectory(prefix="goldens_verify_") as td:
         tmp = Path(td)
-        if any(s in stages for s in ("text_encoder", "transformer", "vae", "pipeline")) and "tiny" not in stages:
+        if any(s in stages for s in ("text_encoder", "transformer", "vae", "pipeline", "lora")) and "tiny" not in stages:
             stages = ["tiny"] + stages
         run_stages(tmp, stages)
         bad = 0
@@ -1204,6 +1477,11 @@ def verify(out, stages):
                     log(f"verify: tiny-pipeline/{p.relative_to(tp)} differs")
                     bad += 1
             log("verify: tiny-pipeline compared file by file")
+        for p in sorted((tmp / "lora").glob("*")) if (tmp / "lora").exists() else []:
+            ref = out / "lora" / p.name
+            if not ref.exists() or ref.read_bytes() != p.read_bytes():
+                log(f"verify: lora/{p.name} differs")
+                bad += 1
         if bad:
             fail(f"verify: {bad} files differ from the committed goldens")
         log("verify: OK, regenerated goldens match the committed ones")
@@ -1214,7 +1492,7 @@ def run_stages(out, stages):
     fns = {
         "tokenizer": stage_tokenizer, "scheduler": stage_scheduler, "noise": stage_noise, "tiny": stage_tiny,
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
-        "pipeline": stage_pipeline,
+        "pipeline": stage_pipeline, "lora": stage_lora,
     }
     for s in STAGES:
         if s in stages:
@@ -1239,7 +1517,7 @@ def main():
         ap.error(f"unknown stages {sorted(unknown)}; choose from {STAGES}")
     installed = {"torch": torch.__version__.split("+")[0], "diffusers": diffusers.__version__,
                  "transformers": transformers.__version__, "numpy": np.__version__,
-                 "tokenizers": tokenizers.__version__, "h5py": h5py.__version__}
+                 "tokenizers": tokenizers.__version__, "h5py": h5py.__version__, "peft": peft.__version__}
     off = {k: v for k, v in installed.items() if v != PINNED[k]}
     if off and not args.allow_other_versions:
         fail(f"installed versions differ from the pins {PINNED}: {off} (run tools/golden/setup.sh)")

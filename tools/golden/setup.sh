@@ -21,6 +21,7 @@ pins=(
   h5py==3.16.0
   numpy==2.4.6
   tokenizers==0.23.3
+  peft==0.21.2
 )
 
 pins_satisfied() {
