@@ -7,16 +7,27 @@
 namespace ditbatch {
 
 SchedulerConfig SchedulerConfig::from(const Config& comp) {
+  // A key left out takes FlowMatchEulerDiscreteScheduler.__init__'s default, as from_config fills
+  // it in (a weight file's config has them all; a --scheduler-config file may not).
   SchedulerConfig c;
-  c.num_train_timesteps = comp.get_int("num_train_timesteps");
-  c.shift = comp.get_double("shift");
-  c.use_dynamic_shifting = comp.get_bool("use_dynamic_shifting");
-  if (comp.has("base_shift")) c.base_shift = comp.get_double("base_shift");
-  if (comp.has("max_shift")) c.max_shift = comp.get_double("max_shift");
-  if (comp.has("base_image_seq_len")) c.base_image_seq_len = comp.get_int("base_image_seq_len");
-  if (comp.has("max_image_seq_len")) c.max_image_seq_len = comp.get_int("max_image_seq_len");
-  c.shift_terminal = comp.has("shift_terminal") ? comp.get_double("shift_terminal") : 0.0;
-  if (comp.has("time_shift_type")) c.time_shift_type = comp.get_string("time_shift_type");
+  if (comp.has("_class_name") && comp.get_string("_class_name") != "FlowMatchEulerDiscreteScheduler")
+    fail_input("{}: _class_name '{}': ditbatch runs FlowMatchEulerDiscreteScheduler only", comp.where(),
+               comp.get_string("_class_name"));
+  c.num_train_timesteps = comp.has("num_train_timesteps") ? comp.get_int("num_train_timesteps") : 1000;
+  c.shift = comp.has("shift") ? comp.get_double("shift") : 1.0;
+  c.use_dynamic_shifting = comp.has("use_dynamic_shifting") && comp.get_bool("use_dynamic_shifting");
+  c.base_shift = comp.has("base_shift") ? comp.get_double("base_shift") : 0.5;
+  c.max_shift = comp.has("max_shift") ? comp.get_double("max_shift") : 1.15;
+  c.base_image_seq_len = comp.has("base_image_seq_len") ? comp.get_int("base_image_seq_len") : 256;
+  c.max_image_seq_len = comp.has("max_image_seq_len") ? comp.get_int("max_image_seq_len") : 4096;
+  // `if self.config.shift_terminal:` in diffusers: null, false and 0 all mean no stretch.
+  c.shift_terminal = 0.0;
+  if (comp.has("shift_terminal") && !(comp.json()["shift_terminal"].is_boolean() && !comp.get_bool("shift_terminal"))) {
+    c.shift_terminal = comp.get_double("shift_terminal");
+    if (!(c.shift_terminal >= 0.0 && c.shift_terminal < 1.0))
+      fail_input("{}: shift_terminal {} must be in [0, 1) (or null)", comp.where(), c.shift_terminal);
+  }
+  c.time_shift_type = comp.has("time_shift_type") ? comp.get_string("time_shift_type") : "exponential";
   if (c.time_shift_type != "exponential" && c.time_shift_type != "linear")
     fail_input("{}: time_shift_type '{}' (expected exponential or linear)", comp.where(), c.time_shift_type);
   for (const char* key : {"invert_sigmas", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
@@ -24,14 +35,28 @@ SchedulerConfig SchedulerConfig::from(const Config& comp) {
     if (comp.has(key) && comp.get_bool(key))
       fail_input("{}: {} = true is not implemented by ditbatch's scheduler", comp.where(), key);
   if (c.num_train_timesteps <= 0) fail_input("{}: num_train_timesteps must be positive", comp.where());
+  if (!std::isfinite(c.shift) || c.shift <= 0) fail_input("{}: shift {} must be positive", comp.where(), c.shift);
+  if (c.max_image_seq_len == c.base_image_seq_len)  // QwenImagePipeline's calculate_shift divides by their difference
+    fail_input("{}: max_image_seq_len = base_image_seq_len = {} divides by 0 in the shift", comp.where(),
+               c.base_image_seq_len);
+  return c;
+}
+
+SchedulerConfig lightning_scheduler(const SchedulerConfig& model) {
+  SchedulerConfig c = model;
+  c.base_shift = c.max_shift = std::log(3.0);  // math.log(3): a constant mu, shift 3 at every size
+  c.shift_terminal = 0.0;
+  c.shift = 1.0;
+  c.use_dynamic_shifting = true;
   return c;
 }
 
 std::string SchedulerConfig::describe() const {
-  return fmt::format("FlowMatchEulerDiscrete(dynamic_shift={}, base_shift={}, max_shift={}, base_seq={}, max_seq={}, "
-                     "shift_terminal={}, time_shift={})",
-                     use_dynamic_shifting, base_shift, max_shift, base_image_seq_len, max_image_seq_len,
-                     shift_terminal, time_shift_type);
+  return fmt::format("FlowMatchEulerDiscrete(train_timesteps={}, shift={}, dynamic_shift={}, base_shift={}, "
+                     "max_shift={}, base_seq={}, max_seq={}, shift_terminal={}, time_shift={})",
+                     num_train_timesteps, shift, use_dynamic_shifting, base_shift, max_shift, base_image_seq_len,
+                     max_image_seq_len, shift_terminal == 0.0 ? std::string("none") : fmt::format("{}", shift_terminal),
+                     time_shift_type);
 }
 
 double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_seq_len, double base_shift,
@@ -55,8 +80,9 @@ Schedule make_schedule(const SchedulerConfig& c, int steps, int64_t image_seq_le
     if (i == steps - 1 && steps > 1) v = stop;
     sigma[static_cast<size_t>(i)] = static_cast<float>(v);  // .astype(np.float32)
   }
+  // The pipeline works mu out for every config; only a dynamic shift uses it.
+  s.mu = calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift);
   if (c.use_dynamic_shifting) {
-    s.mu = calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift);
     // NumPy float32 arithmetic with Python floats as weak scalars (NEP 50): every op is float32.
     for (float& t : sigma) {
       if (c.time_shift_type == "exponential") {
@@ -68,8 +94,9 @@ Schedule make_schedule(const SchedulerConfig& c, int steps, int64_t image_seq_le
       }
     }
   } else {
-    const float shift = static_cast<float>(c.shift);
-    for (float& t : sigma) t = shift * t / (1.0f + (shift - 1.0f) * t);
+    // shift * sigmas / (1 + (shift - 1) * sigmas): shift - 1 in Python doubles, then float32
+    const float shift = static_cast<float>(c.shift), shift_minus_one = static_cast<float>(c.shift - 1.0);
+    for (float& t : sigma) t = shift * t / (1.0f + shift_minus_one * t);
   }
   if (c.shift_terminal != 0.0) {
     // stretch_shift_to_terminal with NumPy 2: scale = f32(omz[-1]) / f32(1 - shift_terminal).

@@ -17,9 +17,17 @@ struct SchedulerConfig {
   int64_t base_image_seq_len = 256, max_image_seq_len = 8192;
   double shift_terminal = 0.02;  // 0: no stretch
   std::string time_shift_type = "exponential";
-  static SchedulerConfig from(const Config& config);  // rejects branches ditbatch lacks
-  std::string describe() const;  // for PNG metadata: "FlowMatchEulerDiscrete(shift=..., ...)"
+  // A diffusers scheduler_config.json (missing keys: the scheduler's __init__ defaults); rejects
+  // the branches ditbatch lacks.
+  static SchedulerConfig from(const Config& config);
+  // Every setting that decides the schedule, for the PNG, the manifest and the resume check:
+  // "FlowMatchEulerDiscrete(train_timesteps=1000, shift=1, ...)".
+  std::string describe() const;
 };
+
+// The Lightning distillation's schedule (diffusers' Qwen-Image docs): base_shift = max_shift = ln 3,
+// no shift_terminal, shift 1, dynamic shifting, the rest as the model's.
+SchedulerConfig lightning_scheduler(const SchedulerConfig& model);
 
 struct Schedule {
   double mu = 0.0;               // the dynamic shift for this image size
