@@ -1,6 +1,7 @@
 #include "dist/node_weights.h"
 
 #include <cstring>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -63,6 +64,34 @@ std::map<std::string, std::string> unpack_files(const std::string& packed) {
 }
 
 }  // namespace
+
+Tensor NodeWeightReader::file_tensor(const std::string& path, const std::string& name) const {
+  const bool reader = world_.local_rank() == 0;
+  Tensor t;
+  std::string error, header;  // "dtype d0 d1 ..." of the stored tensor
+  if (reader) {
+    try {
+      t = stored_file_tensor(path, name);
+      header = dtype_name(t.dtype());
+      for (int64_t d : t.shape()) header += fmt::format(" {}", d);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  error = world_.node_broadcast(error);
+  if (!error.empty()) fail_input("{}", error);
+  header = world_.node_broadcast(header);
+  if (!reader) {
+    std::istringstream in(header);
+    std::string dtype;
+    in >> dtype;
+    Shape shape;
+    for (int64_t d; in >> d;) shape.push_back(d);
+    t = Tensor::host(shape, parse_dtype(dtype));
+  }
+  world_.node_broadcast_inplace(t.raw(), t.nbytes());
+  return t.to_f32();
+}
 
 std::unique_ptr<WeightBinder> NodeWeightReader::binder(const Component& component, const std::string& prefix) const {
   return std::make_unique<NodeBroadcastBinder>(world_, component, prefix);

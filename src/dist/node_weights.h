@@ -13,6 +13,7 @@ class NodeWeightReader final : public WeightReader {
   explicit NodeWeightReader(const World& world) : world_(world) {}
   std::unique_ptr<WeightBinder> binder(const Component& component, const std::string& prefix) const override;
   std::map<std::string, std::string> files(const Component& component) const override;
+  Tensor file_tensor(const std::string& path, const std::string& name) const override;
 
  private:
   const World& world_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -139,6 +140,19 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
 
 const void* SafetensorsFile::data(const SafetensorsEntry& e) const {
   return static_cast<const char*>(map_) + data_start_ + e.begin;
+}
+
+namespace {
+std::atomic<int64_t> g_safetensors_bytes_read{0};
+}
+
+int64_t safetensors_bytes_read() { return g_safetensors_bytes_read; }
+
+Tensor SafetensorsFile::tensor(const SafetensorsEntry& e) const {
+  Tensor t = Tensor::host(e.shape, e.dtype);
+  std::memcpy(t.raw(), data(e), e.end - e.begin);
+  g_safetensors_bytes_read += static_cast<int64_t>(e.end - e.begin);
+  return t;
 }
 
 void SafetensorsFile::release(const SafetensorsEntry& e) const {

@@ -34,6 +34,8 @@ class SafetensorsFile {
   const nlohmann::json& metadata() const { return metadata_; }
   // The tensor's bytes inside the mapping (valid while the file lives).
   const void* data(const SafetensorsEntry& e) const;
+  // A host copy of the tensor in its stored dtype (counted in safetensors_bytes_read).
+  Tensor tensor(const SafetensorsEntry& e) const;
   // Drops the tensor's pages from this process's memory (keeps RSS flat while streaming).
   void release(const SafetensorsEntry& e) const;
 
@@ -46,6 +48,10 @@ class SafetensorsFile {
   std::vector<SafetensorsEntry> entries_;
   nlohmann::json metadata_;
 };
+
+// Bytes copied out of safetensors files by SafetensorsFile::tensor in this process (LoRA factors
+// read at load: the "one reader per node" accounting, beside h5::dataset_bytes_read).
+int64_t safetensors_bytes_read();
 
 // All tensors of one model folder: a single *.safetensors, or the shards of an index.
 class SafetensorsSet {

@@ -1,11 +1,21 @@
 #include "model/weights.h"
 
+#include "core/error.h"
+
 namespace ditbatch {
 
 std::map<std::string, std::string> WeightReader::files(const Component& component) const {
   std::map<std::string, std::string> out;
   for (const auto& name : component.tensor_names()) out[name] = component.file_bytes(name);
   return out;
+}
+
+Tensor WeightReader::stored_file_tensor(const std::string& path, const std::string& name) const {
+  auto it = open_files_.find(path);
+  if (it == open_files_.end()) it = open_files_.emplace(path, SafetensorsFile::open(path)).first;
+  const SafetensorsEntry* entry = it->second->find(name);
+  if (!entry) fail_input("{}: no tensor '{}' (was the file changed since the run checked it?)", path, name);
+  return it->second->tensor(*entry);
 }
 
 Tensor upload_bound(Backend* be, const Tensor& host) {

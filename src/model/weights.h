@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "io/safetensors.h"
 #include "io/weight_store.h"
 
 namespace ditbatch {
@@ -70,6 +71,17 @@ class WeightReader {
   }
   // Every u8 dataset of a component by name (the tokenizer's files).
   virtual std::map<std::string, std::string> files(const Component& component) const;
+  // A tensor of a safetensors file outside the weight file (a LoRA's factor), as host fp32.
+  virtual Tensor file_tensor(const std::string& path, const std::string& name) const {
+    return stored_file_tensor(path, name).to_f32();
+  }
+
+ protected:
+  // The same in its stored dtype (what a broadcast moves).
+  Tensor stored_file_tensor(const std::string& path, const std::string& name) const;
+
+ private:
+  mutable std::map<std::string, std::shared_ptr<SafetensorsFile>> open_files_;  // mapped once each
 };
 
 // A Linear layer as torch stores it: weight [out, in], bias [out] (may be undefined).

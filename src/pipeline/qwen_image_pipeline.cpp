@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "model/lora_merge.h"
 #include "model/noise.h"
 
 namespace ditbatch {
@@ -21,7 +22,7 @@ QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weight
     fail_input("max_sequence_length {} must be 1..{}, as diffusers allows", max_sequence_length,
                kQwenImageTokenizerMaxLength);
   template_ = PromptTemplate::from_weights(weights);
-  scheduler_ = SchedulerConfig::from(weights.component("scheduler").config());
+  scheduler_ = model_scheduler_ = SchedulerConfig::from(weights.component("scheduler").config());
   // Validate every config now: a wrong file fails before any weight is read.
   const TransformerConfig transformer = TransformerConfig::from(weights.component("transformer").config());
   const VaeConfig vae = VaeConfig::from(weights.component("vae").config());
@@ -76,6 +77,16 @@ std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, cons
   return distinct_model_times(times);
 }
 
+void QwenImagePipeline::use_loras(LoraSet loras) {
+  DITBATCH_CHECK(!transformer_, "use_loras after the transformer loaded");
+  loras_ = std::move(loras);
+}
+
+void QwenImagePipeline::use_scheduler(const SchedulerConfig& scheduler) {
+  DITBATCH_CHECK(!transformer_, "use_scheduler after the transformer loaded (its conditioning follows the schedule)");
+  scheduler_ = scheduler;
+}
+
 void QwenImagePipeline::load_denoiser() { load_denoiser_with(std::nullopt); }
 
 void QwenImagePipeline::load_denoiser(const std::vector<ImageJob>& jobs) { load_denoiser_with(jobs); }
@@ -88,9 +99,12 @@ void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<Image
   const std::vector<float> times = jobs ? conditioning_timesteps(scheduler_, *jobs) : std::vector<float>{};
   const size_t weight_size = dtype_size(be_.act_dtype());  // the backend's weight dtype
   const int64_t count = std::ssize(times);
+  // The LoRAs go in as each weight is read, before the conditioning at load uses img_mod / txt_mod.
+  const std::unique_ptr<WeightBinder> file_binder = reader_->binder(dit);
+  LoraMergingBinder binder(*file_binder, loras_, *reader_);
   // No image for this process (more ranks than images, a finished share) needs no conditioning either.
   if (jobs && (times.empty() || QwenImageTransformer::conditioning_at_load_pays(config, count, weight_size))) {
-    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit), times);
+    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, binder, times);
     const double weight_mb = static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(config, weight_size)) / 1e6;
     if (count == 0)
       log_.info("no image for this process: the weights that compute the timestep conditioning ({:.1f} MB) were not kept",
@@ -102,7 +116,13 @@ void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<Image
   } else {
     if (jobs)
       log_.info("{} distinct model times: conditioning computed per step, its weights kept", count);
-    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, *reader_->binder(dit));
+    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, binder);
+  }
+  binder.check_all_merged();
+  if (!loras_.empty()) {
+    const double gb = static_cast<double>(binder.merged_params()) * static_cast<double>(weight_size) / 1e9;
+    log_.info("LoRA: {} file(s) merged into {} linears ({:.3f} GB of weights) in {:.2f} s ({:.2f} s per GB)",
+              loras_.files().size(), binder.merged_modules(), gb, binder.seconds(), gb > 0 ? binder.seconds() / gb : 0.0);
   }
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
   log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,

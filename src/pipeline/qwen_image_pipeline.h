@@ -13,6 +13,7 @@
 #include "core/backend.h"
 #include "core/log.h"
 #include "io/weight_store.h"
+#include "model/lora.h"
 #include "model/prompt_tokens.h"
 #include "model/scheduler.h"
 #include "model/text_encoder.h"
@@ -66,7 +67,14 @@ class QwenImagePipeline {
   GeneratedImage generate(const ImageJob& job, const PromptEmbedding& prompt, const PromptEmbedding* negative,
                           const StepCallback& on_step, StageTimes& times);
 
+  // Before load_denoiser(): LoRAs merged into the transformer's weights as they load (a set
+  // checked against this model by LoraSet::open), and a scheduler in place of the weight file's.
+  void use_loras(LoraSet loras);
+  void use_scheduler(const SchedulerConfig& scheduler);
+  const LoraSet& loras() const { return loras_; }
+
   const SchedulerConfig& scheduler_config() const { return scheduler_; }
+  const SchedulerConfig& model_scheduler_config() const { return model_scheduler_; }  // the weight file's
   int64_t max_sequence_length() const { return max_sequence_length_; }
   Backend& backend() { return be_; }
 
@@ -79,7 +87,8 @@ class QwenImagePipeline {
   std::shared_ptr<const WeightReader> reader_;
   int64_t max_sequence_length_;
   PromptTemplate template_;
-  SchedulerConfig scheduler_;
+  SchedulerConfig scheduler_, model_scheduler_;
+  LoraSet loras_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<QwenTextEncoder> text_encoder_;
   std::unique_ptr<QwenImageTransformer> transformer_;

@@ -1,0 +1,46 @@
+#include "model/lora_merge.h"
+
+#include <cblas.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace ditbatch {
+
+void add_lora_delta(Tensor& weight, const Tensor& up, const Tensor& down, double scale) {
+  DITBATCH_CHECK(weight.device() == Device::Host && weight.dtype() == DType::F32 && weight.rank() == 2 &&
+                     up.dtype() == DType::F32 && down.dtype() == DType::F32 && up.rank() == 2 && down.rank() == 2 &&
+                     up.dim(0) == weight.dim(0) && down.dim(1) == weight.dim(1) && up.dim(1) == down.dim(0),
+                 "add_lora_delta: weight {}, up {}, down {} (expected [out, in], [out, r], [r, in], host f32)",
+                 weight.describe(), up.describe(), down.describe());
+  const int out = static_cast<int>(weight.dim(0)), in = static_cast<int>(weight.dim(1)), rank = static_cast<int>(up.dim(1));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out, in, rank, static_cast<float>(scale), up.data<float>(),
+              rank, down.data<float>(), in, 1.0f, weight.data<float>(), in);
+}
+
+Tensor LoraMergingBinder::bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) {
+  Tensor weight = base_.bind(name, shape, init, why);
+  if (!weight.defined() || !name.ends_with(".weight")) return weight;
+  const auto it = loras_.patches().find(name.substr(0, name.size() - 7));
+  if (it == loras_.patches().end()) return weight;
+  Stopwatch watch;
+  for (const LoraPatch& patch : it->second) {
+    const std::string& path = loras_.files()[patch.file].path;
+    add_lora_delta(weight, reader_.file_tensor(path, patch.up_key), reader_.file_tensor(path, patch.down_key),
+                   patch.scale);
+    ++merged_patches_;
+  }
+  ++merged_modules_;
+  merged_params_ += weight.numel();
+  seconds_ += watch.seconds();
+  return weight;
+}
+
+void LoraMergingBinder::check_all_merged() const {
+  DITBATCH_CHECK(merged_patches_ == loras_.patch_count(),
+                 "LoRA merge: {} of {} module patches were merged: the model did not bind every module the LoRA set "
+                 "names (a ditbatch bug; please report it with the LoRA files)",
+                 merged_patches_, loras_.patch_count());
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,71 @@
+#include "pipeline/denoiser_setup.h"
+
+#include <fmt/ranges.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/fs.h"
+
+namespace ditbatch {
+
+SchedulerConfig resolve_scheduler(const SchedulerConfig& model, const std::string& name, const std::string& config_file) {
+  if (!config_file.empty()) {
+    if (name != "model")
+      fail_input("--scheduler {} and --scheduler-config {}: give one of them (a config file says every setting)", name,
+                 config_file);
+    if (!std::filesystem::is_regular_file(config_file)) fail_input("--scheduler-config {}: no such file", config_file);
+    return SchedulerConfig::from(Config::parse(read_file(config_file), "--scheduler-config " + config_file));
+  }
+  if (name == "model") return model;
+  if (name == "lightning") return lightning_scheduler(model);
+  fail_input("--scheduler '{}' (expected model, the weight file's, or lightning)", name);
+}
+
+DenoiserSetup DenoiserSetup::of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model) {
+  return {loras.provenance(), scheduler.describe(), model.describe()};
+}
+
+void record_denoiser_setup(const DenoiserSetup& setup, nlohmann::json& record) {
+  record["loras"] = setup.loras;
+  record["scheduler"] = setup.scheduler;
+}
+
+namespace {
+
+std::string shown_loras(const nlohmann::json& loras) {
+  if (!loras.is_array() || loras.empty()) return "none";
+  std::vector<std::string> items;
+  for (const auto& l : loras) items.push_back(fmt::format("{} {}", l.value("file", "?"), l.value("strength", 0.0)));
+  return fmt::format("[{}]", fmt::join(items, ", "));
+}
+
+std::string stem(const std::string& file) { return std::filesystem::path(file).stem().string(); }
+
+}  // namespace
+
+std::vector<std::string> changed_denoiser_settings(const DenoiserSetup& setup, const nlohmann::json& record) {
+  std::vector<std::string> changes;
+  const nlohmann::json then = record.value("loras", nlohmann::json::array());  // none before LoRAs existed
+  if (lora_set_key(then) != lora_set_key(setup.loras))
+    changes.push_back(fmt::format("loras {}, now {}", shown_loras(then), shown_loras(setup.loras)));
+  const std::string scheduler_then = record.value("scheduler", setup.model_scheduler);
+  if (scheduler_then != setup.scheduler) changes.push_back(fmt::format("scheduler {}, now {}", scheduler_then, setup.scheduler));
+  return changes;
+}
+
+std::string a1111_lora_tags(const DenoiserSetup& setup) {
+  std::string tags;
+  for (const auto& l : setup.loras) tags += fmt::format(" <lora:{}:{}>", stem(l.value("file", "")), l.value("strength", 0.0));
+  return tags;
+}
+
+std::string a1111_lora_hashes(const DenoiserSetup& setup) {
+  if (setup.loras.empty()) return "";
+  std::vector<std::string> items;
+  for (const auto& l : setup.loras)
+    items.push_back(fmt::format("{}: {}", stem(l.value("file", "")), l.value("sha256", "").substr(0, 10)));
+  return fmt::format(", Lora hashes: \"{}\"", fmt::join(items, ", "));
+}
+
+}  // namespace ditbatch
