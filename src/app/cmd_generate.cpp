@@ -21,7 +21,9 @@
 #include "io/prompt_file.h"
 #include "io/h5.h"
 #include "io/image_range_lock.h"
+#include "io/safetensors.h"
 #include "model/qwen_image_constants.h"
+#include "pipeline/denoiser_setup.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/runner.h"
@@ -40,6 +42,8 @@ struct GenerateOptions {
   int device = -1, ranks_per_gpu = 1, threads = 0;
   bool no_selftest = false;
   int64_t array_index = -1, array_count = -1;
+  std::vector<std::string> loras;  // --lora FILE[:STRENGTH], each
+  std::string scheduler, scheduler_config;
 };
 
 // The output folder must exist (or be creatable) and take a file, before any weight is read.
@@ -60,8 +64,19 @@ void check_output_dir(const std::string& dir) {
     fail_input("--out {}: {} is not a file (the run keeps its list of images there)", dir, manifest.string());
 }
 
-// Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON.
-std::string validate_input(const GenerateOptions& o, const Log& log) {
+// The weight file's scheduler, or the one --scheduler / --scheduler-config puts in its place.
+SchedulerConfig chosen_scheduler(const GenerateOptions& o, const WeightStore& weights) {
+  return resolve_scheduler(SchedulerConfig::from(weights.component("scheduler").config()), o.scheduler,
+                           o.scheduler_config);
+}
+
+DenoiserSetup denoiser_setup(const GenerateOptions& o, const WeightStore& weights, const LoraSet& loras) {
+  return DenoiserSetup::of(loras, chosen_scheduler(o, weights), SchedulerConfig::from(weights.component("scheduler").config()));
+}
+
+// Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON
+// (and the LoRA set, every file read and checked against the transformer, as JSON).
+std::string validate_input(const GenerateOptions& o, const Log& log, std::string& loras_json) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
@@ -78,8 +93,16 @@ std::string validate_input(const GenerateOptions& o, const Log& log) {
   ArraySlice::resolve(o.array_index, o.array_count);
   check_output_dir(o.run.out_dir);
   const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  std::vector<LoraRequest> requests;
+  for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
+  const LoraSet loras = LoraSet::open(requests, TransformerConfig::from(weights.component("transformer").config()));
+  for (const LoraFile& f : loras.files())
+    log.info("LoRA {} ({}, strength {}): {} modules, sha256 {}", f.path, f.formats, f.strength, f.modules,
+             f.sha256.substr(0, 12));
+  const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
   if (!o.run.overwrite)
-    check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents});
+    check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
+  loras_json = loras.to_json();
   return jobs_to_json(jobs);
 }
 
@@ -124,20 +147,21 @@ DeviceChoice choose_device(const GenerateOptions& o, const World& world, const L
 }
 
 struct RankReport {
-  int64_t done = 0, skipped = 0, failed = 0, stopped = 0, weight_bytes = -1;
+  int64_t done = 0, skipped = 0, failed = 0, stopped = 0, weight_bytes = -1, lora_bytes = 0;
   double seconds = 0;
   std::string host;
 };
 
 std::string report_to_json(const RankReport& r) {
   return nlohmann::json{{"done", r.done},       {"skipped", r.skipped},       {"failed", r.failed},
-                        {"stopped", r.stopped}, {"weight_bytes", r.weight_bytes}, {"seconds", r.seconds},
+                        {"stopped", r.stopped}, {"weight_bytes", r.weight_bytes}, {"lora_bytes", r.lora_bytes},
+                        {"seconds", r.seconds},
                         {"host", r.host}}
       .dump();
 }
 
 void print_summary(const std::vector<std::string>& reports, double wall, const std::string& weights_path,
-                   const Log& log) {
+                   bool with_loras, const Log& log) {
   int64_t done = 0, skipped = 0, failed = 0, bytes = 0;
   int slowest = 0;
   double slowest_s = -1;
@@ -148,10 +172,11 @@ void print_summary(const std::vector<std::string>& reports, double wall, const s
     failed += j["failed"].get<int64_t>();
     bytes += std::max<int64_t>(0, j["weight_bytes"].get<int64_t>());
     const double s = j["seconds"].get<double>();
-    log.info("  rank {} on {}: {} done, {} skipped, {} failed in {:.1f} s ({:.1f} images/hour), weights read {:.1f} MB",
+    log.info("  rank {} on {}: {} done, {} skipped, {} failed in {:.1f} s ({:.1f} images/hour), weights read {:.1f} MB{}",
              r, j["host"].get<std::string>(), j["done"].get<int64_t>(), j["skipped"].get<int64_t>(),
              j["failed"].get<int64_t>(), s, s > 0 ? 3600.0 * j["done"].get<double>() / s : 0.0,
-             j["weight_bytes"].get<double>() / 1e6);
+             j["weight_bytes"].get<double>() / 1e6,
+             with_loras ? fmt::format(", LoRA factors read {:.3f} MB", j["lora_bytes"].get<double>() / 1e6) : "");
     if (s > slowest_s) slowest_s = s, slowest = static_cast<int>(r);
   }
   const double per_rank_hour = wall > 0 ? 3600.0 * static_cast<double>(done) / wall / static_cast<double>(reports.size()) : 0;
@@ -181,6 +206,14 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("seed", po::value(&seed_text)->default_value("0"), "base seed: image i uses seed + i unless it has its own")
       ("max-sequence-length", po::value(&o.max_sequence_length)->default_value(kDefaultMaxSequenceLength),
        "prompt tokens kept (1..1024)")
+      ("lora", po::value(&o.loras)->composing(),
+       "FILE[:STRENGTH]: a LoRA merged into the transformer at load (repeatable; strength 1 by default; several "
+       "add up). Formats: diffusers/PEFT, Kohya, ComfyUI/LightX2V (diffusion_model.)")
+      ("scheduler", po::value(&o.scheduler)->default_value("model"),
+       "model (the weight file's) | lightning (base_shift = max_shift = ln 3, no shift_terminal: for the "
+       "Lightning LoRAs, with --steps 8 --cfg 1)")
+      ("scheduler-config", po::value(&o.scheduler_config),
+       "a diffusers scheduler_config.json (FlowMatchEulerDiscreteScheduler) in place of the weight file's")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
       ("overwrite", po::bool_switch(&o.run.overwrite), "make every image again, even if its PNG is complete")
       ("offload-text-encoder", po::bool_switch(&o.run.offload_text_encoder),
@@ -239,10 +272,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   Stopwatch wall;
 
   // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
-  std::string jobs_json, error;
+  for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
+  std::string jobs_json, loras_json, error;
   if (world.rank() == 0) {
     try {
-      jobs_json = validate_input(o, log);
+      jobs_json = validate_input(o, log, loras_json);
     } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
       error = e.what();
       if (error.empty()) error = "checking the input failed";
@@ -254,6 +288,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     return 2;
   }
   const std::vector<ImageJob> jobs = jobs_from_json(world.broadcast(jobs_json, 0));
+  const LoraSet loras = LoraSet::from_json(world.broadcast(loras_json, 0));
   if (jobs.empty()) {
     if (world.rank() == 0) {
       log.warn("no prompts in {}: nothing to do", o.prompts_file);
@@ -273,7 +308,8 @@ int cmd_generate(const std::vector<std::string>& args) {
       log.info("removed {} (left by a killed writer)", orphan);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
     const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
-    const ResumeKey key{WeightStore::open(o.weights_path).checksum(), o.max_sequence_length, o.run.write_latents};
+    const WeightStore store = WeightStore::open(o.weights_path);
+    const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
       remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
@@ -337,8 +373,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       int64_t width = 0, height = 0;
       for (const ImageJob& job : jobs)
         if (job.width * job.height > width * height) width = job.width, height = job.height;
-      const int64_t timesteps = std::ssize(
-          conditioning_timesteps(SchedulerConfig::from(weights.component("scheduler").config()), jobs));
+      const int64_t timesteps = std::ssize(conditioning_timesteps(chosen_scheduler(o, weights), jobs));
       const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->act_dtype()), width, height,
                                                        o.max_sequence_length, timesteps);
       check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
@@ -347,7 +382,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     }
     auto reader = std::make_shared<NodeWeightReader>(world);
     const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
+    const int64_t lora_read_before = safetensors_bytes_read();
     QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
+    pipeline.use_scheduler(chosen_scheduler(o, weights));
+    pipeline.use_loras(loras);
     // This rank's share: known for static shards, an even share for dynamic ones.
     const auto planned = work->planned();
     const int64_t share = planned ? static_cast<int64_t>(planned->size())
@@ -361,6 +399,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     report.stopped = summary.stopped_by_signal;
     report.seconds = summary.seconds;
     report.weight_bytes = h5::dataset_bytes_read() - read_before;
+    report.lora_bytes = safetensors_bytes_read() - lora_read_before;
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;  // one process: the usual error line and exit status
     log.error("fatal: {}", e.what());
@@ -373,7 +412,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   world.barrier();
   if (world.rank() == 0) {
     merge_manifest(o.run.out_dir);
-    print_summary(reports, wall.seconds(), o.weights_path, log);
+    print_summary(reports, wall.seconds(), o.weights_path, !loras.empty(), log);
   }
   // collective, so on every rank
   const bool stopped = world.max(report.stopped) > 0;

@@ -76,7 +76,8 @@ int64_t recorded_int(const nlohmann::json& record, const char* key) {
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
   return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe(),
-          pipeline.max_sequence_length()};
+          pipeline.max_sequence_length(),
+          DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
 }
 
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
@@ -117,6 +118,7 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
         break;
       }
     }
+  for (std::string& change : changed_denoiser_settings(key.denoiser, record)) changes.push_back(std::move(change));
   return changes;
 }
 
@@ -177,12 +179,12 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
 
 PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
   const float cfg = job.true_cfg ? job.cfg : 1.0f;
-  std::string parameters = job.prompt + "\n";
+  std::string parameters = job.prompt + a1111_lora_tags(p.denoiser) + "\n";
   if (job.true_cfg) parameters += "Negative prompt: " + job.negative_prompt + "\n";
   parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
-                            "Model hash: {}, Model: {}, Version: {}",
+                            "Model hash: {}, Model: {}{}, Version: {}",
                             job.steps, cfg, job.seed, job.width, job.height, p.model_checksum.substr(0, 10),
-                            p.model_name, build_version());
+                            p.model_name, a1111_lora_hashes(p.denoiser), build_version());
   return {{"parameters", parameters},
           {"prompt", job.prompt},
           {"negative_prompt", job.true_cfg ? job.negative_prompt : ""},
@@ -191,6 +193,7 @@ PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
           {"cfg", fmt::format("{}", cfg)},
           {"size", fmt::format("{}x{}", job.width, job.height)},
           {"scheduler", p.scheduler},
+          {"loras", p.denoiser.loras.dump()},
           {"model", p.model_name},
           {"model_checksum", p.model_checksum},
           {"max_sequence_length", std::to_string(p.max_sequence_length)},
@@ -247,7 +250,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   RunSummary summary;
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
-  const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents};
+  const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser};
   auto done_already = [&](const ImageJob& job) {
     return !opt.overwrite && image_is_complete(opt.out_dir, job, key, previous);
   };
@@ -373,6 +376,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     record["finished"] = utc_now();
     record["model"] = provenance.model_name;
     record["model_checksum"] = provenance.model_checksum;
+    record_denoiser_setup(provenance.denoiser, record);
     manifest.append(record);
     progress.image_finished();
     if (output_broken) {

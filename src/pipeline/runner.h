@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "io/manifest.h"
 #include "io/png_io.h"
+#include "pipeline/denoiser_setup.h"
 #include "pipeline/job.h"
 #include "pipeline/progress.h"
 #include "pipeline/qwen_image_pipeline.h"
@@ -68,6 +69,7 @@ struct RunSummary {
 struct OutputProvenance {
   std::string model_name, model_checksum, scheduler;
   int64_t max_sequence_length = 0;
+  DenoiserSetup denoiser;  // LoRAs and scheduler
   static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
 };
 
@@ -77,6 +79,7 @@ struct ResumeKey {
   std::string model_checksum;
   int64_t max_sequence_length = 0;
   bool with_latents = false;
+  DenoiserSetup denoiser;  // the LoRAs and the scheduler
 };
 
 // The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
