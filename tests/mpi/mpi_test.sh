@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
 # usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | idle | empty | failure |
-#        kill-rerun | weights-once | selftest)
+#        kill-rerun | weights-once | selftest | lora)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -169,6 +169,38 @@ for r in ranks:
     assert r["passed"] and r["gemm"] > 0 and r["copy"] > 0, r
     assert {c["status"] for c in r["report"]["checks"]} == {"PASS"}, r["report"]["checks"]
 print("selftest.json: 2 ranks, every check PASS")
+PY
+    ;;
+  lora)
+    # LoRAs under MPI: node rank 0 reads the factors and broadcasts them; the images of 3 ranks are
+    # byte-identical to one process's, and the LoRAs change them.
+    lora_dir=$here/../data/golden/lora
+    loras=(--lora "$lora_dir/kohya.safetensors:0.7" --lora "$lora_dir/comfy_bf16.safetensors" --scheduler lightning)
+    gen 1 "$work/ref" --prompts "$prompts" "${loras[@]}" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/ref" 7
+    gen 3 "$work/n3" --prompts "$prompts" "${loras[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3"; }
+    check "$work/n3" 7 "$work/ref"
+    factors() { grep -o "rank $2 on [^:]*: .*LoRA factors read [0-9.]* MB" "$1" | grep -o '[0-9.]* MB$'; }
+    one=$(factors "$work/ref.log" 0)
+    [ -n "$one" ] && [ "$one" != "0.000 MB" ] || { cat "$work/ref.log"; fail "one process read no LoRA factors"; }
+    [ "$(factors "$work/log" 0)" = "$one" ] || { cat "$work/log"; fail "rank 0 of 3 did not read the factors once ($one alone)"; }
+    for r in 1 2; do
+      [ "$(factors "$work/log" $r)" = "0.000 MB" ] || { cat "$work/log"; fail "rank $r read LoRA factors itself"; }
+    done
+    gen 1 "$work/plain" --prompts "$prompts" --scheduler lightning > "$work/plain.log" 2>&1 || { cat "$work/plain.log"; fail "run without LoRAs"; }
+    python3 - "$work/ref" "$work/plain" <<'PY' || fail "the LoRAs did not change the pixels"
+import struct, sys, zlib
+from pathlib import Path
+def pixels(path):  # the inflated IDAT stream: the text chunks (which name the LoRAs) left out
+    data, pos, idat = path.read_bytes(), 8, b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        idat += data[pos + 8:pos + 8 + length] if kind == b"IDAT" else b""
+        pos += 12 + length
+    return zlib.decompress(idat)
+for a in sorted(Path(sys.argv[1]).glob("*.png")):
+    assert pixels(a) != pixels(Path(sys.argv[2]) / a.name), f"{a.name}: the same pixels with and without the LoRAs"
+print("every image's pixels differ from the run without the LoRAs")
 PY
     ;;
   *) fail "unknown case $case_name" ;;
