@@ -120,9 +120,10 @@ void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<Image
   }
   binder.check_all_merged();
   if (!loras_.empty()) {
-    const double gb = static_cast<double>(binder.merged_params()) * static_cast<double>(weight_size) / 1e9;
-    log_.info("LoRA: {} file(s) merged into {} linears ({:.3f} GB of weights) in {:.2f} s ({:.2f} s per GB)",
-              loras_.files().size(), binder.merged_modules(), gb, binder.seconds(), gb > 0 ? binder.seconds() / gb : 0.0);
+    const double mb = static_cast<double>(binder.merged_params()) * static_cast<double>(weight_size) / 1e6;
+    log_.info("LoRA: {} file(s) merged into {} linears ({:.1f} MB of weights) in {:.3f} s ({:.2f} s per GB)",
+              loras_.files().size(), binder.merged_modules(), mb, binder.seconds(),
+              mb > 0 ? 1e3 * binder.seconds() / mb : 0.0);
   }
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
   log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,
