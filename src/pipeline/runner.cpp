@@ -11,7 +11,9 @@
 #include "core/fs.h"
 #include "core/sha256.h"
 #include "core/timer.h"
+#include "core/wall_clock.h"
 #include "io/h5.h"
+#include "io/run_record.h"
 #include "pipeline/stop_signal.h"
 
 namespace ditbatch {
@@ -249,6 +251,12 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   Stopwatch run_watch;
   RunSummary summary;
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
+  RunRecordWriter run_record(opt.out_dir,
+                             {{"run_id", opt.run_id}, {"rank", opt.rank}, {"host", opt.host},
+                              {"backend", pipeline.backend().name()}, {"version", build_version()},
+                              {"model", provenance.model_name}, {"model_checksum", provenance.model_checksum},
+                              {"images", jobs.size()}},
+                             log);
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
   const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser};
   auto done_already = [&](const ImageJob& job) {
@@ -280,6 +288,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     if (seen.emplace(job.grid_h() * job.grid_w(), job.steps).second) schedules.push_back(job);
   }
   pipeline.load_denoiser(schedules);
+  run_record.mark("loaded");
 
   bool announced_stop = false;
   while (true) {
@@ -301,6 +310,8 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     Stopwatch image_watch;
     StageTimes times;
     nlohmann::json record = job_record(job);
+    record["run_id"] = opt.run_id;
+    record["started"] = utc_iso_now();
     GeneratedImage image;
     try {
       PromptEmbedding prompt = embeddings.get(job.prompt, false, times);
@@ -345,6 +356,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     record["host"] = opt.host;
     record["rank"] = opt.rank;
     bool output_broken = false;
+    Stopwatch write_watch;
     if (image.ok) {
       try {
         const std::string bytes = write_png_atomic(png_path(opt.out_dir, job), image.rgb.data(), job.width,
@@ -362,6 +374,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
         output_broken = true;
       }
     }
+    record["timings"]["write_s"] = write_watch.seconds();
     if (image.ok) {
       record["status"] = "ok";
       ++summary.done;
@@ -388,6 +401,10 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     }
   }
   summary.seconds = run_watch.seconds();
+  run_record.mark("ended", {{"done", summary.done},
+                            {"skipped", summary.skipped},
+                            {"failed", summary.failed},
+                            {"stopped_by_signal", summary.stopped_by_signal}});
   return summary;
 }
 
