@@ -26,6 +26,7 @@
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/run_report.h"
 #include "pipeline/runner.h"
 #include "pipeline/stop_signal.h"
 
@@ -293,6 +294,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (world.rank() == 0) {
       log.warn("no prompts in {}: nothing to do", o.prompts_file);
       merge_manifest(o.run.out_dir);
+      write_run_report_after_run(o.run.out_dir, log);
     }
     return 0;
   }
@@ -334,6 +336,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {
       merge_manifest(o.run.out_dir);
+      write_run_report_after_run(o.run.out_dir, log);
       const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
       log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); every image of this slice is "
                "complete, weights not read",
@@ -413,6 +416,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (world.rank() == 0) {
     merge_manifest(o.run.out_dir);
     print_summary(reports, wall.seconds(), o.weights_path, !loras.empty(), log);
+    write_run_report_after_run(o.run.out_dir, log);
   }
   // collective, so on every rank
   const bool stopped = world.max(report.stopped) > 0;

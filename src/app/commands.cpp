@@ -25,6 +25,7 @@ const std::map<std::string, CommandInfo>& commands() {
       {"generate", {cmd_generate, "make one PNG per prompt (the main job)"}},
       {"inspect", {cmd_inspect, "show what a ditbatch .h5 holds"}},
       {"make-tiny", {cmd_make_tiny, "write a tiny random Qwen-Image pipeline (tests, demo)"}},
+      {"report", {cmd_report, "write DIR/report.html: gallery, failed images, timeline per rank"}},
       {"selftest", {cmd_selftest, "check that this node's backend can be trusted (ops, paths, pipeline, speed)"}},
       {"tokenize", {cmd_tokenize, "print the token ids of prompts (JSON lines on stdin)"}},
   };

@@ -19,6 +19,7 @@ int cmd_convert(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_make_tiny(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 int cmd_selftest(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
 

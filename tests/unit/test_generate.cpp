@@ -96,6 +96,16 @@ std::vector<std::string> pngs_in(const std::string& dir) {
   return names;
 }
 
+// The data of DIR/report.html as its script reads it.
+nlohmann::json report_data(const std::string& dir) {
+  const std::string page = test::read_text(dir + "/report.html");
+  const std::string open = "<script type=\"application/json\" id=\"report-data\">";
+  const size_t from = page.find(open);
+  if (from == std::string::npos) return nullptr;
+  const size_t begin = from + open.size();
+  return nlohmann::json::parse(page.substr(begin, page.find("</script>", begin) - begin));
+}
+
 }  // namespace
 
 TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
@@ -448,9 +458,20 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   const size_t made = pngs_in(dir / "out").size();
   EXPECT_LE(made, 2u);
   EXPECT_EQ(read_manifest(dir / "out").size(), made);  // the manifest was flushed and merged
+  const nlohmann::json stopped = report_data(dir / "out");  // the report is written after a stop too
+  ASSERT_TRUE(stopped.is_object());
+  EXPECT_EQ(stopped["images"].size(), made);
+  ASSERT_EQ(stopped["runs"].size(), 1u);
+  EXPECT_TRUE(stopped["runs"][0]["stopped_by_signal"].get<bool>());
   auto resumed = test::run(generate_cmd(dir / "out", prompts));
   EXPECT_EQ(resumed.status, 0);
   EXPECT_EQ(pngs_in(dir / "out").size(), 16u);
+  const nlohmann::json whole = report_data(dir / "out");  // rewritten on resume: the whole folder
+  ASSERT_TRUE(whole.is_object());
+  EXPECT_EQ(whole["images"].size(), 16u);
+  ASSERT_EQ(whole["runs"].size(), 2u);
+  EXPECT_FALSE(whole["runs"][1]["stopped_by_signal"].get<bool>());
+  EXPECT_EQ(whole["runs"][1]["done"], 16 - static_cast<int64_t>(made));
 }
 
 // The first signal is acknowledged at the next denoising step (not minutes later when the

@@ -1,0 +1,39 @@
+#include "pipeline/report_page.h"
+
+#include "core/error.h"
+
+// report_page.html, embedded by tools/cmake/embed_file.cmake.
+extern const unsigned char kReportPageHtml[];
+extern const std::size_t kReportPageHtml_size;
+
+namespace ditbatch {
+
+namespace {
+// Where the page's data block holds the report: <script type="application/json" id="report-data">.
+const std::string kDataMarker = "/*DITBATCH_REPORT_DATA*/";
+}  // namespace
+
+std::string json_for_html_script(const nlohmann::json& value) {
+  const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size() + text.size() / 16);
+  // These bytes occur only inside JSON strings, where the \u escape means the same character;
+  // the HTML parser then sees no "</script", "<!--" or character reference in the block.
+  for (const char c : text) {
+    if (c == '<') out += "\\u003c";
+    else if (c == '>') out += "\\u003e";
+    else if (c == '&') out += "\\u0026";
+    else out += c;
+  }
+  return out;
+}
+
+std::string render_report_page(const nlohmann::json& report) {
+  const std::string page(reinterpret_cast<const char*>(kReportPageHtml), kReportPageHtml_size);
+  const size_t at = page.find(kDataMarker);
+  DITBATCH_CHECK(at != std::string::npos && page.find(kDataMarker, at + 1) == std::string::npos,
+                 "report_page.html must hold the data marker exactly once");
+  return page.substr(0, at) + json_for_html_script(report) + page.substr(at + kDataMarker.size());
+}
+
+}  // namespace ditbatch

@@ -1,0 +1,261 @@
+#include "pipeline/run_report.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "core/build_info.h"
+#include "core/fs.h"
+#include "core/wall_clock.h"
+#include "io/manifest.h"
+#include "io/run_record.h"
+#include "pipeline/report_page.h"
+
+namespace ditbatch {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// A manifest line or run record may have been edited by hand or written by an older
+// ditbatch: a field of another type counts as not recorded.
+std::string text_of(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::optional<double> number_of(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+std::optional<double> time_of(const json& j, const char* key) { return parse_utc_iso(text_of(j, key)); }
+
+json or_null(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// The columns of one gallery row, in the order the page reads them.
+const std::vector<std::string> kImageColumns = {
+    "index", "file",    "status", "error", "prompt", "negative_prompt", "seed",   "width",   "height", "steps", "cfg",
+    "run",   "rank",    "host",   "start", "text_s", "denoise_s",       "vae_s",  "write_s", "total_s"};
+
+struct Image {
+  json row;
+  std::string run;
+  int64_t rank = -1;
+  std::optional<double> start, end;
+  bool ok = false;
+};
+
+Image image_of(int64_t index, const json& line) {
+  Image im;
+  im.run = text_of(line, "run_id");
+  if (auto r = number_of(line, "rank")) im.rank = static_cast<int64_t>(*r);
+  im.ok = text_of(line, "status") == "ok";
+  const json timings = line.contains("timings") && line["timings"].is_object() ? line["timings"] : json::object();
+  const auto total = number_of(timings, "total_s");
+  const double write = number_of(timings, "write_s").value_or(0.0);
+  im.start = time_of(line, "started");
+  // A line of an older ditbatch has no start: its finish (whole seconds) less its time.
+  if (!im.start)
+    if (const auto finished = time_of(line, "finished"); finished && total) im.start = *finished - *total - write;
+  if (im.start && total) im.end = *im.start + *total + write;
+  // The seed is a 64-bit integer: as text, since the page's numbers hold 53 bits.
+  const auto seed = line.find("seed");
+  const std::string seed_text = seed == line.end() ? "" : seed->is_string() ? seed->get<std::string>() : seed->dump();
+  auto field = [&](const char* key) { return line.contains(key) ? line[key] : json(nullptr); };
+  im.row = json::array({index, text_of(line, "file"), text_of(line, "status"), text_of(line, "error"),
+                        text_of(line, "prompt"), text_of(line, "negative_prompt"), seed_text, field("width"),
+                        field("height"), field("steps"), field("cfg"), im.run, im.rank, text_of(line, "host"),
+                        or_null(im.start), or_null(number_of(timings, "text_encoder_s")),
+                        or_null(number_of(timings, "transformer_s")), or_null(number_of(timings, "vae_s")),
+                        or_null(number_of(timings, "write_s")), or_null(total)});
+  return im;
+}
+
+// mean, median, 95th percentile and sum of one stage's seconds over the images that have it.
+json stage_stats(std::vector<double> v) {
+  if (v.empty()) return nullptr;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  auto quantile = [&](double q) { return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)]; };
+  return {{"count", v.size()}, {"mean", sum / static_cast<double>(v.size())}, {"median", quantile(0.5)},
+          {"p95", quantile(0.95)}, {"sum", sum}};
+}
+
+// Settings every image shares go in the header; those that differ are shown per image.
+json shared_settings(const std::map<int64_t, json>& manifest) {
+  json shared = json::object();
+  for (const char* key : {"width", "height", "steps", "cfg", "negative_prompt", "max_sequence_length", "model"}) {
+    std::set<std::string> values;
+    json first;
+    for (const auto& [index, line] : manifest) {
+      const json v = line.contains(key) ? line[key] : json(nullptr);
+      if (values.insert(v.dump()).second && values.size() == 1) first = v;
+    }
+    if (values.size() == 1 && !first.is_null()) shared[key] = first;
+  }
+  return shared;
+}
+
+}  // namespace
+
+json collect_run_report(const std::string& out_dir) {
+  const auto manifest = read_manifest(out_dir);
+  const auto records = read_run_records(out_dir);
+  const double now = unix_now();
+
+  json rows = json::array();
+  std::vector<double> text, denoise, vae, write, total;
+  std::map<std::pair<std::string, std::string>, int64_t> models;  // (name, checksum) -> images
+  std::set<std::string> hosts;
+  struct Lane {
+    std::string host, backend;
+    std::optional<double> started, loaded, ended;
+    json counts;  // done / skipped / failed / stopped_by_signal as the rank recorded them
+    int64_t images = 0;
+  };
+  struct Run {
+    std::map<int64_t, Lane> lanes;
+    std::optional<double> start, end;
+    int64_t ok = 0, failed = 0, planned = 0;
+    std::string version;
+  };
+  std::map<std::string, Run> runs;
+  auto widen = [](Run& run, std::optional<double> t) {
+    if (!t) return;
+    if (!run.start || *t < *run.start) run.start = t;
+    if (!run.end || *t > *run.end) run.end = t;
+  };
+  int64_t ok = 0, failed = 0;
+
+  for (const auto& [index, line] : manifest) {
+    Image im = image_of(index, line);
+    rows.push_back(std::move(im.row));
+    im.ok ? ++ok : ++failed;
+    models[{text_of(line, "model"), text_of(line, "model_checksum")}]++;
+    if (const std::string host = text_of(line, "host"); !host.empty()) hosts.insert(host);
+    const json timings = line.contains("timings") && line["timings"].is_object() ? line["timings"] : json::object();
+    if (im.ok) {
+      if (auto v = number_of(timings, "text_encoder_s")) text.push_back(*v);
+      if (auto v = number_of(timings, "transformer_s")) denoise.push_back(*v);
+      if (auto v = number_of(timings, "vae_s")) vae.push_back(*v);
+      if (auto v = number_of(timings, "write_s")) write.push_back(*v);
+      if (auto v = number_of(timings, "total_s")) total.push_back(*v);
+    }
+    Run& run = runs[im.run];
+    Lane& lane = run.lanes[im.rank];
+    if (lane.host.empty()) lane.host = text_of(line, "host");
+    ++lane.images;
+    im.ok ? ++run.ok : ++run.failed;
+    widen(run, im.start);
+    widen(run, im.end);
+  }
+  for (const json& r : records) {
+    Run& run = runs[r["run_id"].get<std::string>()];
+    Lane& lane = run.lanes[r["rank"].get<int64_t>()];
+    lane.host = text_of(r, "host");
+    lane.backend = text_of(r, "backend");
+    lane.started = time_of(r, "started");
+    lane.loaded = time_of(r, "loaded");
+    lane.ended = time_of(r, "ended");
+    lane.counts = json::object();
+    for (const char* key : {"done", "skipped", "failed", "stopped_by_signal"})
+      if (r.contains(key)) lane.counts[key] = r[key];
+    if (!lane.host.empty()) hosts.insert(lane.host);
+    if (auto v = number_of(r, "images")) run.planned = std::max(run.planned, static_cast<int64_t>(*v));
+    if (run.version.empty()) run.version = text_of(r, "version");
+    widen(run, lane.started);
+    widen(run, lane.loaded);
+    widen(run, lane.ended);
+  }
+
+  json runs_json = json::array();
+  double gpu_hours = 0;
+  int64_t made = 0;
+  for (auto& [id, run] : runs) {
+    json lanes = json::array();
+    bool all_ended = true, any_record = false, stopped = false;
+    int64_t done = 0, skipped = 0, failed_in_run = 0;
+    for (const auto& [rank, lane] : run.lanes) {
+      lanes.push_back({{"rank", rank}, {"host", lane.host}, {"backend", lane.backend},
+                       {"started", or_null(lane.started)}, {"loaded", or_null(lane.loaded)},
+                       {"ended", or_null(lane.ended)}, {"images", lane.images}, {"counts", lane.counts}});
+      if (lane.started) any_record = true;
+      if (lane.started && !lane.ended) all_ended = false;
+      done += static_cast<int64_t>(number_of(lane.counts, "done").value_or(0));
+      skipped += static_cast<int64_t>(number_of(lane.counts, "skipped").value_or(0));
+      failed_in_run += static_cast<int64_t>(number_of(lane.counts, "failed").value_or(0));
+      const auto signal = lane.counts.find("stopped_by_signal");
+      stopped = stopped || (signal != lane.counts.end() && signal->is_boolean() && signal->get<bool>());
+    }
+    // Without run records (an older ditbatch) the images in the manifest are all that is known.
+    if (!any_record) done = run.ok, failed_in_run = run.failed;
+    const double wall = run.start && run.end ? *run.end - *run.start : 0.0;
+    const auto ranks = static_cast<double>(run.lanes.size());
+    gpu_hours += wall * ranks / 3600.0;
+    made += done;
+    runs_json.push_back({{"id", id}, {"start", or_null(run.start)}, {"end", or_null(run.end)}, {"wall_s", wall},
+                         {"ranks", run.lanes.size()}, {"lanes", lanes}, {"done", done}, {"skipped", skipped},
+                         {"failed", failed_in_run}, {"in_manifest_ok", run.ok}, {"in_manifest_failed", run.failed},
+                         {"planned", run.planned}, {"recorded", any_record}, {"ended", any_record && all_ended},
+                         {"stopped_by_signal", stopped}, {"version", run.version},
+                         {"images_per_hour_per_gpu", wall > 0 ? 3600.0 * static_cast<double>(done) / wall / ranks : 0.0}});
+  }
+  // Oldest run first; lines of an older ditbatch (no run id) sort by their times like the rest.
+  std::sort(runs_json.begin(), runs_json.end(), [](const json& a, const json& b) {
+    const double ta = a["start"].is_number() ? a["start"].get<double>() : 0.0;
+    const double tb = b["start"].is_number() ? b["start"].get<double>() : 0.0;
+    return ta != tb ? ta < tb : a["id"].get<std::string>() < b["id"].get<std::string>();
+  });
+
+  json models_json = json::array();
+  for (const auto& [model, images] : models)
+    models_json.push_back({{"name", model.first}, {"checksum", model.second}, {"images", images}});
+  double wall_total = 0;
+  for (const json& r : runs_json) wall_total += r["wall_s"].get<double>();
+
+  fs::path folder = fs::absolute(out_dir).lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();  // "out/"
+  return {{"folder", folder.filename().string()},
+          {"generated", now},
+          {"generated_by", fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit())},
+          {"models", models_json},
+          {"shared", shared_settings(manifest)},
+          {"hosts", json(hosts)},
+          {"totals",
+           {{"images", manifest.size()},
+            {"ok", ok},
+            {"failed", failed},
+            {"wall_s", wall_total},
+            {"gpu_hours", gpu_hours},
+            {"images_per_hour_per_gpu", gpu_hours > 0 ? static_cast<double>(made) / gpu_hours : 0.0}}},
+          {"stages",
+           {{"text", stage_stats(text)},
+            {"denoise", stage_stats(denoise)},
+            {"vae", stage_stats(vae)},
+            {"write", stage_stats(write)},
+            {"total", stage_stats(total)}}},
+          {"runs", runs_json},
+          {"columns", kImageColumns},
+          {"images", rows}};
+}
+
+std::string write_run_report(const std::string& out_dir) {
+  const std::string path = (fs::path(out_dir) / "report.html").string();
+  write_file_atomic(path, render_report_page(collect_run_report(out_dir)));
+  return path;
+}
+
+void write_run_report_after_run(const std::string& out_dir, const Log& log) {
+  try {
+    log.info("report: {}", write_run_report(out_dir));
+  } catch (const std::exception& e) {
+    log.warn("{}/report.html cannot be written: {}", out_dir, e.what());
+  }
+}
+
+}  // namespace ditbatch
