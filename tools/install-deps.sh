@@ -23,6 +23,8 @@ packages=(
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
   # Slurm end-to-end tests (#8)
   slurm-wlm slurmctld slurmd slurm-client munge
+  # the run report's browser test (tests/report): headless Chromium driven by Selenium
+  chromium chromium-driver python3-selenium
   # test helpers
   python3 python3-venv procps bc shellcheck
 )
