@@ -206,6 +206,10 @@ case $case_name in
     summaries "$work/logs/ditbatch_${jid}_0.log" | grep -q 'summary: 12 done, 0 skipped, 0 failed in .* on 4 rank(s)' ||
       fail "rank 0's log has no summary '12 done ... on 4 rank(s)'"
     grep -q "done: every image is made" "$work/ditbatch_$jid.out" || fail "batch log ditbatch_$jid.out"
+    # the job log ends by naming the run report, which is there
+    grep -q "report: $work/out/report.html (open it in a browser)" "$work/ditbatch_$jid.out" ||
+      fail "the batch log does not name the report $work/out/report.html"
+    [ -s "$work/out/report.html" ] || fail "no report.html in $work/out"
     note "srun: ok"
 
     # settings from the environment win over the env file; EXTRA_ARGS are appended to its ARGS
@@ -227,6 +231,7 @@ case $case_name in
     wait_job "$jid3" 90
     expect_state "$jid3" COMPLETED 0
     summaries "$work/logs/ditbatch_${jid3}_0.log" | grep -q '0 done, 12 skipped, 0 failed' || fail "resume: not all skipped"
+    grep -q "report: $work/out/report.html" "$work/ditbatch_$jid3.out" || fail "resume: the batch log does not name the report"
     check_outputs "$work/out" 12 "$work/ref"
     note "resume: ok"
     ;;
