@@ -416,7 +416,6 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (world.rank() == 0) {
     merge_manifest(o.run.out_dir);
     print_summary(reports, wall.seconds(), o.weights_path, !loras.empty(), log);
-    write_run_report_after_run(o.run.out_dir, log);
   }
   // collective, so on every rank
   const bool stopped = world.max(report.stopped) > 0;
@@ -427,6 +426,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   // the last image leaves nothing to resume (a failed image is retried by a rerun, but a
   // requeue would most likely fail it again: exit 1 says so).
   const int64_t untried = hi - lo - attempted;
+  // Last, after the collectives: the other ranks need not wait for it (a large folder takes
+  // seconds), and a kill during it (the end of a preemption's grace time) loses no image.
+  if (world.rank() == 0) write_run_report_after_run(o.run.out_dir, log);
   if (stopped && untried > 0) {
     if (world.rank() == 0)
       log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", untried);
