@@ -1,6 +1,7 @@
 #include "pipeline/run_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -32,6 +33,19 @@ std::optional<double> number_of(const json& j, const char* key) {
   return it->get<double>();
 }
 
+// Ranks and counts: integers only (a cast of 1e300 to an integer is undefined behaviour), and
+// counts up to 2^40, so that their sums cannot overflow.
+std::optional<int64_t> integer_of(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+int64_t count_of(const json& j, const char* key) {
+  const int64_t v = integer_of(j, key).value_or(0);
+  return v >= 0 && v <= (int64_t{1} << 40) ? v : 0;
+}
+
 std::optional<double> time_of(const json& j, const char* key) { return parse_utc_iso(text_of(j, key)); }
 
 json or_null(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
@@ -52,7 +66,7 @@ struct Image {
 Image image_of(int64_t index, const json& line) {
   Image im;
   im.run = text_of(line, "run_id");
-  if (auto r = number_of(line, "rank")) im.rank = static_cast<int64_t>(*r);
+  im.rank = integer_of(line, "rank").value_or(-1);
   im.ok = text_of(line, "status") == "ok";
   const json timings = line.contains("timings") && line["timings"].is_object() ? line["timings"] : json::object();
   const auto total = number_of(timings, "total_s");
@@ -166,7 +180,7 @@ json collect_run_report(const std::string& out_dir) {
     for (const char* key : {"done", "skipped", "failed", "stopped_by_signal"})
       if (r.contains(key)) lane.counts[key] = r[key];
     if (!lane.host.empty()) hosts.insert(lane.host);
-    if (auto v = number_of(r, "images")) run.planned = std::max(run.planned, static_cast<int64_t>(*v));
+    if (auto v = integer_of(r, "images")) run.planned = std::max(run.planned, *v);
     if (run.version.empty()) run.version = text_of(r, "version");
     widen(run, lane.started);
     widen(run, lane.loaded);
@@ -186,15 +200,17 @@ json collect_run_report(const std::string& out_dir) {
                        {"ended", or_null(lane.ended)}, {"images", lane.images}, {"counts", lane.counts}});
       if (lane.started) any_record = true;
       if (lane.started && !lane.ended) all_ended = false;
-      done += static_cast<int64_t>(number_of(lane.counts, "done").value_or(0));
-      skipped += static_cast<int64_t>(number_of(lane.counts, "skipped").value_or(0));
-      failed_in_run += static_cast<int64_t>(number_of(lane.counts, "failed").value_or(0));
+      done += count_of(lane.counts, "done");
+      skipped += count_of(lane.counts, "skipped");
+      failed_in_run += count_of(lane.counts, "failed");
       const auto signal = lane.counts.find("stopped_by_signal");
       stopped = stopped || (signal != lane.counts.end() && signal->is_boolean() && signal->get<bool>());
     }
     // Without run records (an older ditbatch) the images in the manifest are all that is known.
     if (!any_record) done = run.ok, failed_in_run = run.failed;
-    const double wall = run.start && run.end ? *run.end - *run.start : 0.0;
+    // Times edited by hand can be anything: a wall time that is no number counts as none.
+    double wall = run.start && run.end ? *run.end - *run.start : 0.0;
+    if (!std::isfinite(wall)) wall = 0.0;
     const auto ranks = static_cast<double>(run.lanes.size());
     gpu_hours += wall * ranks / 3600.0;
     made += done;
