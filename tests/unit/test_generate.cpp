@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -113,7 +115,12 @@ TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   test::write_text(dir / "p.jsonl",
                    "{\"prompt\": \"A red fox in the snow\", \"seed\": 7}\n"
                    "{\"prompt\": \"東京の夜景 🌃\", \"negative_prompt\": \"\", \"name\": \"tokyo\"}\n");
+  const auto unix_seconds = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const double before = unix_seconds();
   auto r = test::run(generate_cmd(dir / "out", "--prompts " + (dir / "p.jsonl") + " --seed 100"));
+  const double after = unix_seconds();
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-a-red-fox-in-the-snow.png", "tokyo.png"}));
 
@@ -151,7 +158,20 @@ TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   EXPECT_EQ(line["seed"], 7);
   EXPECT_EQ(line["sha256"], sha256_file(dir / "out/000000-a-red-fox-in-the-snow.png"));
   EXPECT_EQ(line["model_checksum"], checksum);
-  for (const char* k : {"text_encoder_s", "transformer_s", "vae_s", "total_s"}) EXPECT_TRUE(line["timings"].contains(k));
+  for (const char* k : {"text_encoder_s", "transformer_s", "vae_s", "total_s", "write_s"})
+    EXPECT_TRUE(line["timings"].contains(k)) << k;
+  // The start (for the report's timeline): milliseconds UTC, within the run as this test's clock saw it.
+  const std::string started = line["started"];
+  std::tm tm{};
+  int ms = -1;
+  ASSERT_EQ(std::sscanf(started.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                        &tm.tm_min, &tm.tm_sec, &ms), 7) << started;
+  tm.tm_year -= 1900, tm.tm_mon -= 1;
+  const double start = static_cast<double>(timegm(&tm)) + ms / 1000.0;
+  EXPECT_GE(start, before - 0.001);
+  EXPECT_LE(start + line["timings"]["total_s"].get<double>(), after);
+  EXPECT_FALSE(line["run_id"].get<std::string>().empty());
+  EXPECT_EQ(line["run_id"], manifest.at(1)["run_id"]);
   EXPECT_EQ(manifest.at(1)["true_cfg"], false);
 }
 
