@@ -217,7 +217,8 @@ TEST(Generate, RerunWithOtherSettingsIsRefusedAndLeavesTheFolderAlone) {
 
   auto folder = [&] {
     std::map<std::string, std::string> bytes;
-    for (const auto& e : fs::directory_iterator(dir / "out")) bytes[e.path().filename()] = test::read_text(e.path());
+    for (const auto& e : fs::recursive_directory_iterator(dir / "out"))  // the run records in .runs/ too
+      if (e.is_regular_file()) bytes[fs::relative(e.path(), dir / "out")] = test::read_text(e.path());
     return bytes;
   };
   const auto before = folder();
