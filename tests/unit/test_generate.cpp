@@ -40,63 +40,6 @@ std::map<std::string, std::string> text_of(const PngImage& png) {
 // The long runs below (1000 tiny steps) use --threads 1: with ctest -j2 several runs share the
 // 2 cores, and every OpenMP barrier of a multi-threaded run then waits for a time slice (a
 // hundred times slower); a single thread only shares the cores.
-//
-// A command run in the background (`exec`: the pid is the command's own), its output in `log`.
-// A test that ends early (a failed assertion) kills and reaps it: no run outlives its test.
-class Child {
- public:
-  Child(const std::string& command, const std::string& log) {
-    const std::string line = "exec " + command + " > " + log + " 2>&1";
-    pid_ = fork();
-    if (pid_ == 0) {
-      execl("/bin/sh", "sh", "-c", line.c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  pid_t pid() const { return pid_; }
-  void signal(int sig) const { kill(pid_, sig); }
-  // The wait status (reaps the child).
-  int wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-  // Polls every 10 ms until `ready` holds; false once the child has ended without it (not
-  // reaped: wait() still reads its status), or after `seconds`, a bound for a hung run far
-  // above what a loaded machine needs. Callers assert on the result.
-  [[nodiscard]] bool wait_until(const std::function<bool()>& ready, double seconds = 300) const {
-    for (int i = 0; i < seconds * 100; ++i) {
-      if (ready()) return true;
-      siginfo_t info{};
-      if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) return ready();
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return ready();
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-bool log_has(const std::string& log, const std::string& text) {
-  return test::read_text(log).find(text) != std::string::npos;
-}
-
-std::vector<std::string> pngs_in(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".png") names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // The data of DIR/report.html as its script reads it.
 nlohmann::json report_data(const std::string& dir) {
@@ -109,6 +52,10 @@ nlohmann::json report_data(const std::string& dir) {
 }
 
 }  // namespace
+
+using test::Child;
+using test::log_has;
+using test::pngs_in;
 
 TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   TempDir dir;

@@ -6,6 +6,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +19,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -107,6 +114,63 @@ inline std::string input_error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "expected InputError, nothing was thrown";
   return "";
+}
+
+// A command run in the background (`exec`: the pid is the command's own), its output in `log`.
+// A test that ends early (a failed assertion) kills and reaps it: no run outlives its test.
+class Child {
+ public:
+  Child(const std::string& command, const std::string& log) {
+    const std::string line = "exec " + command + " > " + log + " 2>&1";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", line.c_str(), nullptr);
+      _exit(127);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const { kill(pid_, sig); }
+  // The wait status (reaps the child).
+  int wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  // Polls every 10 ms until `ready` holds; false once the child has ended without it (not
+  // reaped: wait() still reads its status), or after `seconds`, a bound for a hung run far
+  // above what a loaded machine needs. Callers assert on the result.
+  [[nodiscard]] bool wait_until(const std::function<bool()>& ready, double seconds = 300) const {
+    for (int i = 0; i < seconds * 100; ++i) {
+      if (ready()) return true;
+      siginfo_t info{};
+      if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) return ready();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return ready();
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+inline bool log_has(const std::string& log, const std::string& text) {
+  return read_text(log).find(text) != std::string::npos;
+}
+
+inline std::vector<std::string> pngs_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".png") names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 inline std::string exe() { return DITBATCH_EXE; }
