@@ -1,4 +1,5 @@
 #include <omp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "app/backends.h"
@@ -60,9 +62,21 @@ void check_output_dir(const std::string& dir) {
     fail_input("--out {}: the folder is not writable ({})", dir, e.what());
   }
   std::filesystem::remove(probe, ec);
-  const std::filesystem::path manifest = std::filesystem::path(dir) / "manifest.jsonl";
-  if (std::filesystem::exists(manifest, ec) && !std::filesystem::is_regular_file(manifest, ec))
-    fail_input("--out {}: {} is not a file (the run keeps its list of images there)", dir, manifest.string());
+  // What the run keeps in the folder must be what it seems: the folder may be writable by
+  // others, and a link planted at one of these names would have the run read or write
+  // whatever it points to (nothing in --out is ever followed).
+  for (const auto& [name, what] : {std::pair{"manifest.jsonl", "a file: the run keeps its list of images there"},
+                                   std::pair{".manifest", "a folder: the run keeps its manifest parts there"},
+                                   std::pair{".manifest.lock", "a file: the manifest's lock"},
+                                   std::pair{".ditbatch-run.lock", "a file: the run's lock"}}) {
+    const std::string path = dir + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    const bool folder = std::string_view(what).starts_with("a folder");
+    if (S_ISLNK(st.st_mode) || (folder ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)))
+      fail_input("--out {}: {} is not {} (it is {}); remove it", dir, path, what,
+                 S_ISLNK(st.st_mode) ? "a symbolic link" : describe_file_type(st.st_mode));
+  }
 }
 
 // The weight file's scheduler, or the one --scheduler / --scheduler-config puts in its place.

@@ -2,10 +2,14 @@
 
 #include <openssl/evp.h>
 
-#include <cstdio>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 namespace ditbatch {
 
@@ -44,17 +48,31 @@ std::string sha256_hex(std::string_view data) {
   return h.hex();
 }
 
-std::string sha256_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail_input("{}: cannot open for reading", path);
+std::string sha256_fd(int fd) {
   Sha256 h;
   std::vector<char> buf(1 << 20);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) h.update(buf.data(), n);
-  bool bad = std::ferror(f);
-  std::fclose(f);
-  if (bad) fail_input("{}: read error", path);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_input("read error: {}", std::strerror(errno));
+    if (n == 0) break;
+    h.update(buf.data(), static_cast<size_t>(n));
+  }
   return h.hex();
+}
+
+std::string sha256_file(const std::string& path) {
+  std::string why;
+  const int fd = open_regular_file(path, true, &why);
+  if (fd < 0) fail_input("{}: cannot hash: {}", path, why);
+  try {
+    std::string hex = sha256_fd(fd);
+    ::close(fd);
+    return hex;
+  } catch (const InputError& e) {
+    ::close(fd);
+    fail_input("{}: {}", path, e.what());
+  }
 }
 
 }  // namespace ditbatch

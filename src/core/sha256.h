@@ -23,6 +23,7 @@ class Sha256 {
 };
 
 std::string sha256_hex(std::string_view data);
-std::string sha256_file(const std::string& path);  // throws if unreadable
+std::string sha256_file(const std::string& path);  // a regular file's; throws if unreadable
+std::string sha256_fd(int fd);                     // from the descriptor's offset to its end
 
 }  // namespace ditbatch

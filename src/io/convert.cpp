@@ -1,5 +1,7 @@
 #include "io/convert.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -94,13 +96,23 @@ DType target_dtype(const std::string& option, DType stored) {
 
 }  // namespace
 
-void check_output_file(const std::string& path) {
+void check_output_file(const std::string& path, const std::vector<std::string>& inputs) {
   const fs::path p(path);
-  if (fs::is_directory(p))
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     fail_input("{}: is a folder; name the file to write in it, e.g. {}", path, (p / "qwen-image.h5").string());
+  check_weight_file_target(path);
   const fs::path dir = p.parent_path();
   if (!dir.empty() && !fs::is_directory(dir))
     fail_input("{}: the folder {} does not exist", path, dir.string());
+  struct stat out {};
+  if (::stat(path.c_str(), &out) != 0) return;
+  for (const std::string& input : inputs) {  // the same file by any name: a link, a hard link
+    struct stat in {};
+    if (::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)
+      fail_input("{}: is {}{}, an input of this conversion: writing it would destroy its source; name another path",
+                 path, input, input == path ? "" : " (the same file)");
+  }
 }
 
 ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
@@ -140,6 +152,16 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
                     file_exists((tokenizer_dir / "merges.txt").string()));
   if (!has_vocab) fail_input("{}: needs vocab.json + merges.txt (or tokenizer.json)", tokenizer_dir.string());
 
+  std::vector<std::string> inputs = {(root / "model_index.json").string(), scheduler_config_path};
+  for (const auto& m : models) {
+    inputs.push_back(m.config_path);
+    for (const std::string& file : m.tensors.files()) inputs.push_back(file);
+    for (const auto& e : fs::directory_iterator(root / m.name))  // a shard index, too
+      inputs.push_back(e.path().string());
+  }
+  for (const std::string& name : tokenizer_files) inputs.push_back((tokenizer_dir / name).string());
+  check_output_file(opt.to, inputs);
+
   double total_bytes = 0;
   int64_t total_tensors = 0;
   for (const auto& m : models)
@@ -156,7 +178,12 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   for (const std::string& orphan :
        remove_orphaned_temp_files(fs::path(opt.to).parent_path().string(), fs::path(opt.to).filename().string()))
     log.info("removed {} (left by an interrupted conversion)", orphan);
-  if (file_exists(opt.to)) log.info("{} exists: it is replaced when the conversion completes", opt.to);
+  if (fs::is_symlink(opt.to))
+    log.info("{} is a symbolic link: the link is replaced by the new file when the conversion completes (the file "
+             "it points to is left as it is)",
+             opt.to);
+  else if (file_exists(opt.to))
+    log.info("{} exists: it is replaced when the conversion completes", opt.to);
   WeightWriter writer(opt.to);
   std::string model_name = opt.model_name;
   if (model_name.empty()) model_name = index.value("_name_or_path", "");

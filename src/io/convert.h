@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/log.h"
 
@@ -34,8 +35,10 @@ void check_component_tensors(const std::string& component, const std::string& co
                              const std::string& config_json, const SafetensorsSet& tensors,
                              const std::string& folder);
 
-// A weight file to write: not a folder, in a folder that exists (checked before any work).
-void check_output_file(const std::string& path);
+// A weight file to write (checked before any work): a regular file or nothing (not a folder,
+// a device, a FIFO, or a link to one), in a folder that exists, and none of `inputs` (the same
+// file by any name: a symbolic or hard link).
+void check_output_file(const std::string& path, const std::vector<std::string>& inputs = {});
 
 // True for text-encoder tensors a text-only pipeline never reads (vision tower, LM head).
 bool is_unused_text_encoder_tensor(const std::string& name);

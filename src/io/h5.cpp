@@ -152,12 +152,25 @@ File File::open_read(const std::string& path) {
   return f;
 }
 
-File File::create(const std::string& path) {
+namespace {
+hid_t create_file(const std::string& path, unsigned flags) {
   silence_hdf5();
-  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t id = H5Fcreate(path.c_str(), flags, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) fail_input("{}: cannot create the HDF5 file: {}", path, last_error());
+  return id;
+}
+}  // namespace
+
+File File::create(const std::string& path) {
   File f;
-  f.handle_ = Handle(id, H5Fclose);
+  f.handle_ = Handle(create_file(path, H5F_ACC_TRUNC), H5Fclose);
+  f.path_ = path;
+  return f;
+}
+
+File File::create_exclusive(const std::string& path) {
+  File f;
+  f.handle_ = Handle(create_file(path, H5F_ACC_EXCL), H5Fclose);
   f.path_ = path;
   return f;
 }
@@ -176,6 +189,16 @@ Group File::root() const {
   hid_t g = H5Gopen2(handle_.id(), "/", H5P_DEFAULT);
   if (g < 0) fail_input("{}: cannot open the root group: {}", path_, last_error());
   return Group(Handle(g, H5Gclose), path_, "/");
+}
+
+void File::close_checked() {
+  if (!handle_.valid()) return;
+  const ssize_t open_objects = H5Fget_obj_count(
+      handle_.id(), H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE | H5F_OBJ_ATTR | H5F_OBJ_LOCAL);
+  DITBATCH_CHECK(open_objects == 0, "{}: closed with {} of its objects still open (it would stay open)", path_,
+                 open_objects);
+  const hid_t id = handle_.release();  // not closed twice, whatever happens
+  if (H5Fclose(id) < 0) fail("{}: cannot write the file (disk full?): {}", path_, last_error());
 }
 
 void File::flush() const {
@@ -378,6 +401,9 @@ void Group::write_dataset(const std::string& name, const Shape& shape, DType dty
   Handle dataset(d, H5Dclose);
   if (shape_numel(shape) > 0 && H5Dwrite(d, file_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     fail("{}: cannot write dataset (disk full?): {}", where(name), last_error());
+  // HDF5 keeps the last bytes in its sieve buffer and writes them when the dataset closes: a
+  // full disk shows only here (H5Dwrite said yes to bytes that never reached the file).
+  if (H5Dclose(dataset.release()) < 0) fail("{}: cannot write dataset (disk full?): {}", where(name), last_error());
 }
 
 void Group::write_tensor(const std::string& name, const Tensor& host) const {

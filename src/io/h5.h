@@ -28,6 +28,12 @@ class Handle {
   hid_t id() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void reset();
+  // Gives the id up without closing it (the caller closes it and checks the result).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;
@@ -102,12 +108,19 @@ class File {
   static File open_read(const std::string& path);
   // Creates (truncating) a file for writing.
   static File create(const std::string& path);
+  // Creates a file that must not exist yet (O_CREAT | O_EXCL: never through a symbolic link),
+  // for temporaries in folders others may write to.
+  static File create_exclusive(const std::string& path);
   // Opens an existing file for reading and writing (tools and tests that patch a dataset).
   static File open_rw(const std::string& path);
   Group root() const;
   const std::string& path() const { return path_; }
   void flush() const;
   void close() { handle_.reset(); }
+  // Closes, writing what HDF5 still buffers; a failure (a full disk) throws naming the file.
+  // Close every group and dataset of the file first: HDF5 closes a file only with its last
+  // object, and reports nothing to a call that did not close it.
+  void close_checked();
 
  private:
   Handle handle_;

@@ -24,7 +24,7 @@ class ManifestPart {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
 };
 
 // Every manifest line found in DIR (manifest.jsonl, then the parts), the last one per index.

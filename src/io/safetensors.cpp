@@ -46,8 +46,9 @@ uint64_t checked_numel(const std::string& path, const std::string& tensor, const
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail_input("{}: cannot open: {}", path, std::strerror(errno));
+  std::string why;
+  int fd = open_regular_file(path, true, &why);  // never a FIFO (open would block) or a device
+  if (fd < 0) fail_input("{}: cannot open as a safetensors file: {}", path, why);
   struct stat st {};
   ::fstat(fd, &st);
   f->size_ = static_cast<size_t>(st.st_size);

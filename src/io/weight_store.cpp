@@ -162,24 +162,25 @@ std::string WeightStore::root_string(const std::string& attr, const std::string&
 
 // ---- WeightWriter --------------------------------------------------------------------------
 
+void check_weight_file_target(const std::string& path) {
+  // The file is renamed into place, which would replace a device node (--to /dev/null as
+  // root), a FIFO or a socket by a weight file: only a file is ever replaced.
+  if (const std::string what = non_regular_file(path); !what.empty())
+    fail_input("{}: is {}, not a file; ditbatch writes only regular files: name another path", path, what);
+}
+
 WeightWriter::WeightWriter(const std::string& final_path)
     : final_path_(final_path),
-      tmp_path_(temp_path_for(final_path)),
-      remove_on_signal_(std::make_unique<RemoveOnSignal>(tmp_path_)) {
-  file_ = std::make_unique<h5::File>(h5::File::create(tmp_path_));
+      temp_(final_path, false),
+      remove_on_signal_(std::make_unique<RemoveOnSignal>(temp_.path())) {
+  file_ = std::make_unique<h5::File>(h5::File::create_exclusive(temp_.path()));
   root_ = file_->root();
   root_.set_attr("format_version", kWeightFormatVersion);
   root_.set_attr("created_by", std::string("ditbatch ") + DITBATCH_VERSION);
 }
 
-WeightWriter::~WeightWriter() {
-  if (!finished_) {
-    current_.reset();
-    root_ = h5::Group();
-    file_.reset();
-    std::remove(tmp_path_.c_str());
-  }
-}
+// Unfinished (an exception, or destroyed early): the HDF5 objects close, then temp_ removes the file.
+WeightWriter::~WeightWriter() = default;
 
 void WeightWriter::begin_component(const std::string& name, const std::string& config_json) {
   DITBATCH_CHECK(!current_, "begin_component({}) inside component {}", name, current_name_);
@@ -225,10 +226,9 @@ void WeightWriter::finish() {
   for (const auto& [name, sum] : checksums_) all.update(name + ":" + sum + "\n");
   root_.set_attr("checksum", all.hex());
   root_ = h5::Group();
-  file_->flush();
-  file_->close();
-  commit_file(tmp_path_, final_path_);
-  finished_ = true;
+  file_->close_checked();
+  check_weight_file_target(final_path_);  // checked before the work too: the rename replaces what is there now
+  temp_.commit();
 }
 
 }  // namespace ditbatch

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fs.h"
 #include "core/remove_on_signal.h"
 #include "core/sha256.h"
 #include "io/config.h"
@@ -93,10 +94,11 @@ class WeightWriter {
   void set_root_attr(const std::string& name, const std::string& value);
   void set_root_attr(const std::string& name, int64_t value);
   void finish();
-  const std::string& temp_path() const { return tmp_path_; }
+  const std::string& temp_path() const { return temp_.path(); }
 
  private:
-  std::string final_path_, tmp_path_;
+  std::string final_path_;
+  TempFile temp_;
   std::unique_ptr<RemoveOnSignal> remove_on_signal_;
   std::unique_ptr<h5::File> file_;
   h5::Group root_;
@@ -104,8 +106,11 @@ class WeightWriter {
   std::string current_name_;
   std::unique_ptr<Sha256> current_hash_;
   std::vector<std::pair<std::string, std::string>> checksums_;
-  bool finished_ = false;
 };
+
+// Refuses (InputError) a weight file's path where something other than a file is: a device,
+// a FIFO, a socket, a folder, or a symbolic link to one.
+void check_weight_file_target(const std::string& path);
 
 // Writes config_json plus one typed attribute per scalar/numeric-array key (nested keys dotted).
 void write_config_attributes(const h5::Group& group, const std::string& config_json);

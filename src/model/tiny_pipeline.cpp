@@ -83,7 +83,9 @@ void make_tiny_pipeline(const TinyPipelineOptions& opt, const Log& log) {
   const VaeConfig vae = VaeConfig::from(Config::parse(vae_config(), "make-tiny vae"));
   const TextEncoderConfig te = TextEncoderConfig::from(Config::parse(text_encoder_config(), "make-tiny text_encoder"));
 
-  check_output_file(opt.out);
+  std::vector<std::string> inputs;
+  for (const auto& f : tokenizer_files) inputs.push_back(tokenizer_dir + "/" + f);
+  check_output_file(opt.out, inputs);
   WeightWriter writer(opt.out);
   writer.set_root_attr("model_name", fmt::format("ditbatch-tiny-qwen-image-seed{}", opt.seed));
   writer.set_root_attr("source", "ditbatch make-tiny");

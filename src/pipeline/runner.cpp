@@ -1,5 +1,7 @@
 #include "pipeline/runner.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -48,9 +50,9 @@ nlohmann::json job_record(const ImageJob& job) {
 }
 
 void write_latents_file(const std::string& path, const ImageJob& job, const Tensor& latents) {
-  const std::string tmp = temp_path_for(path);
+  TempFile tmp(path, false);  // removed unless committed: a full disk leaves nothing behind
+  h5::File f = h5::File::create_exclusive(tmp.path());
   {
-    h5::File f = h5::File::create(tmp);
     h5::Group root = f.root();
     root.write_tensor("latents", latents.view({1, latents.dim(0), latents.dim(1)}));  // diffusers' [B, S, 64]
     root.set_attr("seed", static_cast<int64_t>(job.seed));
@@ -58,7 +60,8 @@ void write_latents_file(const std::string& path, const ImageJob& job, const Tens
     root.set_attr("width", job.width);
     root.set_attr("steps", job.steps);
   }
-  commit_file(tmp, path);
+  f.close_checked();  // with nothing else open, so that HDF5 writes what it buffers now, and says if it cannot
+  tmp.commit();
 }
 
 // A manifest field as resume reads it. A line ditbatch did not write (edited by hand, another
@@ -137,13 +140,22 @@ const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlo
 
 // A file a manifest line lists (the PNG under "file", the latents under "latents_file") is
 // still there as written: the line holds the sha256 of the bytes written, and a match proves
-// the file whole and unchanged (no need to decode it).
+// the file whole and unchanged (no need to decode it). Only a plain name inside the folder, of
+// a regular file that is not a symbolic link, can be one: a manifest in a folder others may
+// write to could name "../../dev/zero" (read forever) or a link to a file elsewhere.
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, const char* file_key = "file",
                           const char* sha256_key = "sha256") {
-  const std::string file = recorded_string(record, file_key);
-  if (file.empty()) return false;
-  const std::string path = out_dir + "/" + file;
-  return file_exists(path) && sha256_file(path) == recorded_string(record, sha256_key);
+  const auto it = record.find(file_key);
+  if (it == record.end() || !it->is_string() || !is_plain_file_name(it->get<std::string>())) return false;
+  const int fd = open_regular_file(out_dir + "/" + it->get<std::string>(), false, nullptr);
+  if (fd < 0) return false;
+  std::string sha256;
+  try {
+    sha256 = sha256_fd(fd);
+  } catch (const InputError&) {  // unreadable: not whole
+  }
+  ::close(fd);
+  return !sha256.empty() && sha256 == recorded_string(record, sha256_key);
 }
 
 }  // namespace
@@ -358,9 +370,12 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     bool output_broken = false;
     Stopwatch write_watch;
     if (image.ok) {
+      const std::string png = png_path(opt.out_dir, job);
+      bool png_written = false;
       try {
-        const std::string bytes = write_png_atomic(png_path(opt.out_dir, job), image.rgb.data(), job.width,
-                                                   job.height, png_metadata(job, provenance));
+        const std::string bytes =
+            write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
+        png_written = true;
         if (opt.write_latents) {
           const std::string latents = job.file_stem + ".latents.h5";
           write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
@@ -369,6 +384,9 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
         }
         record["sha256"] = sha256_hex(bytes);
       } catch (const std::exception& e) {
+        // With --output-type latent an image is its PNG and its latents file: the PNG goes too,
+        // so that a failed image leaves no file behind (a rerun makes both).
+        if (png_written) std::remove(png.c_str());
         image.ok = false;
         image.error = fmt::format("cannot write the output: {}", e.what());
         output_broken = true;

@@ -1,0 +1,344 @@
+// Inputs a new user (or another user of a shared output folder) may hand ditbatch, tried with
+// the real binary on real files, FIFOs, symbolic links and device nodes: each is refused with
+// what is wrong, before any work, leaving nothing half-written and nothing outside --out.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "core/fs.h"
+#include "core/sha256.h"
+#include "io/h5.h"
+#include "io/manifest.h"
+#include "io/prompt_file.h"
+#include "io/weight_store.h"
+#include "pipeline/job.h"
+#include "test_util.h"
+#include "tiny_model.h"
+
+using namespace ditbatch;
+using test::Child;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A small, quick image: what these tests make when a run must go through.
+std::string small_run(const std::string& weights, const std::string& out, const std::string& extra) {
+  return fmt::format("{} generate --weights {} --out {} --width 32 --height 32 --steps 2 {}", test::exe(), weights,
+                     out, extra);
+}
+
+// Every name in a folder (hidden ones too), sorted.
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A character device like /dev/null, made where the test may (root, not in a nodev mount).
+bool make_null_device(const std::string& path) { return ::mknod(path.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0; }
+
+std::vector<PromptEntry> entries_of(const std::string& text, const std::string& name) {
+  return parse_prompt_text(text, name);
+}
+
+}  // namespace
+
+// ---- security: what is written, and where -----------------------------------------------------
+
+// `--to /dev/null` as root once replaced /dev/null by a 55 MB file; a FIFO or a link to one is
+// no better. Only a regular file (or nothing) is replaced, and never an input of the conversion.
+TEST(HostileOutputs, ConvertAndMakeTinyWriteOnlyRegularFiles) {
+  TempDir dir;
+  auto make_tiny = [&](const std::string& out) { return test::run(test::exe() + " make-tiny --out " + out); };
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
+  auto fifo = make_tiny(dir / "fifo");
+  EXPECT_EQ(fifo.status, 2) << fifo.output;
+  EXPECT_TRUE(has(fifo.output, (dir / "fifo") + ": is a FIFO (named pipe), not a file; ditbatch writes only regular "
+                                                  "files")) << fifo.output;
+  fs::create_symlink(dir / "fifo", dir / "link-to-fifo");
+  auto link = make_tiny(dir / "link-to-fifo");
+  EXPECT_EQ(link.status, 2) << link.output;
+  EXPECT_TRUE(has(link.output, "link-to-fifo: is a symbolic link to a FIFO (named pipe), not a file")) << link.output;
+  fs::create_directories(dir / "folder");
+  fs::create_symlink(dir / "folder", dir / "link-to-folder");
+  auto folder = make_tiny(dir / "link-to-folder");
+  EXPECT_EQ(folder.status, 2) << folder.output;
+  EXPECT_TRUE(has(folder.output, "link-to-folder: is a symbolic link to a folder, not a file")) << folder.output;
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  EXPECT_TRUE(fs::is_empty(dir / "folder"));
+
+  if (!make_null_device(dir / "null")) {
+    GTEST_SKIP() << "cannot make a device node here (needs root and a mount without nodev): " << std::strerror(errno);
+  }
+  for (const std::string& command : {test::exe() + " make-tiny --out " + (dir / "null"),
+                                     fmt::format("{} convert --from {} --to {}", test::exe(),
+                                                 test::golden("tiny-pipeline"), dir / "null")}) {
+    auto r = test::run(command);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, (dir / "null") + ": is a character device, not a file")) << r.output;
+    struct stat st {};
+    ASSERT_EQ(::lstat((dir / "null").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << "the device node was replaced";
+  }
+  // Nothing was left beside them: no temporary of any attempt.
+  EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"fifo", "folder", "link-to-fifo", "link-to-folder", "null"}));
+}
+
+// convert --to one of its own source files destroyed the source (exit 0): by its name, through
+// a symbolic link, or a hard link elsewhere, the output is refused before any work.
+TEST(HostileOutputs, ConvertNeverWritesOverItsOwnInputs) {
+  TempDir dir;
+  fs::copy(test::golden("tiny-pipeline"), dir / "pipe", fs::copy_options::recursive);
+  const std::string shard = dir / "pipe/vae/diffusion_pytorch_model.safetensors";
+  const std::string before = sha256_file(shard);
+  fs::create_symlink(shard, dir / "symlink.h5");
+  fs::create_hard_link(dir / "pipe/tokenizer/merges.txt", dir / "hardlink.h5");
+  for (const auto& [to, named] : std::vector<std::pair<std::string, std::string>>{
+           {shard, shard}, {dir / "symlink.h5", shard}, {dir / "hardlink.h5", dir / "pipe/tokenizer/merges.txt"}}) {
+    auto r = test::run(fmt::format("{} convert --from {} --to {}", test::exe(), dir / "pipe", to));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, to + ": is " + named)) << r.output;
+    EXPECT_TRUE(has(r.output, "an input of this conversion: writing it would destroy its source")) << r.output;
+    EXPECT_FALSE(has(r.output, "converting ")) << "refused before any work: " << r.output;
+  }
+  EXPECT_EQ(sha256_file(shard), before);
+  EXPECT_TRUE(fs::is_symlink(dir / "symlink.h5"));
+  EXPECT_EQ(test::read_text(dir / "hardlink.h5"), test::read_text(test::golden("tiny-pipeline/tokenizer/merges.txt")));
+}
+
+// A file in a folder others may write to: a temporary is made exclusively under a name no one
+// can predict, and written through its own descriptor. The names an older ditbatch used
+// (".<name>.tmp.<pid>") hold planted links here; nothing is written through them.
+TEST(HostileOutputs, TemporariesAreNeverWrittenThroughAPlantedLink) {
+  TempDir dir, elsewhere;
+  test::write_text(elsewhere / "victim", "keep me");
+  fs::create_symlink(elsewhere / "victim", dir / fmt::format(".x.png.tmp.{}", ::getpid()));
+  write_file_atomic(dir / "x.png", "new bytes");
+  EXPECT_EQ(test::read_text(elsewhere / "victim"), "keep me");
+  EXPECT_EQ(test::read_text(dir / "x.png"), "new bytes");
+  EXPECT_FALSE(fs::is_symlink(dir / "x.png"));
+
+  // A link at the final name is replaced by the file, not followed.
+  fs::create_symlink(elsewhere / "victim", dir / "y.png");
+  write_file_atomic(dir / "y.png", "y");
+  EXPECT_FALSE(fs::is_symlink(dir / "y.png"));
+  EXPECT_EQ(test::read_text(elsewhere / "victim"), "keep me");
+
+  // Two names for one file differ, and say who writes them.
+  const std::string a = temp_path_for(dir / "z.png"), b = temp_path_for(dir / "z.png");
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(has(a, fmt::format("/.z.png.tmp.{}.{}.", ::getpid(), process_start_time(::getpid())))) << a;
+
+  // HDF5 temporaries (latents, weight files) are created exclusively too: a link at the name is refused.
+  fs::create_symlink(elsewhere / "victim", dir / "planted.h5");
+  EXPECT_NE(test::input_error_of([&] { h5::File::create_exclusive(dir / "planted.h5"); }).find("planted.h5"),
+            std::string::npos);
+  EXPECT_EQ(test::read_text(elsewhere / "victim"), "keep me");
+}
+
+// A link planted in --out at a name the run keeps there would make it read, append to or create
+// files elsewhere: the run refuses it, before any work, and touches nothing it points to.
+TEST(HostileOutputs, LinksPlantedInTheOutputFolderAreRefused) {
+  TempDir dir, elsewhere;
+  test::write_text(elsewhere / "victim", "keep me");
+  fs::create_directories(elsewhere / "folder");
+  for (const auto& [name, target] : std::vector<std::pair<std::string, std::string>>{
+           {".ditbatch-run.lock", elsewhere / "victim"},
+           {".manifest", elsewhere / "folder"},
+           {".manifest.lock", elsewhere / "victim"},
+           {"manifest.jsonl", elsewhere / "victim"}}) {
+    const std::string out = dir / ("out-" + name);
+    fs::create_directories(out);
+    fs::create_symlink(target, out + "/" + name);
+    auto r = test::run(small_run(test::tiny_model(), out, "--prompt x"));
+    EXPECT_EQ(r.status, 2) << name << ": " << r.output;
+    EXPECT_TRUE(has(r.output, out + "/" + name + " is not ")) << r.output;
+    EXPECT_TRUE(has(r.output, "(it is a symbolic link); remove it")) << r.output;
+    EXPECT_FALSE(has(r.output, "loaded")) << r.output;
+  }
+  EXPECT_EQ(test::read_text(elsewhere / "victim"), "keep me");
+  EXPECT_TRUE(fs::is_empty(elsewhere / "folder"));
+}
+
+// A manifest line whose "file" leads out of --out ("../../dev/zero" hung the run, deaf to
+// SIGTERM, reading forever) or names a link: no such file is opened, and none counts as made.
+TEST(HostileOutputs, ManifestLinesNamingFilesOutsideTheFolderAreNotRead) {
+  TempDir dir, elsewhere;
+  const std::string out = dir / "out";
+  ASSERT_EQ(test::run(small_run(test::tiny_model(), out, "--prompt a --prompt b")).status, 0);
+  auto manifest = read_manifest(out);
+  ASSERT_EQ(manifest.size(), 2u);
+  const nlohmann::json made = manifest.at(1);  // a complete image, to copy as a link elsewhere
+  const std::string png = made["file"];
+  fs::copy_file(out + "/" + png, elsewhere / png);
+  fs::remove(out + "/" + png);
+  fs::create_symlink(elsewhere / png, out + "/" + png);
+  nlohmann::json zero = manifest.at(0);
+  zero["file"] = "../../../../../../../../dev/zero";
+  test::write_text(out + "/manifest.jsonl", zero.dump() + "\n" + made.dump() + "\n");
+  // Another prompt list at index 0 reads the line's file (to name it among the changed
+  // images); the link at index 1's name must not pass for its complete PNG.
+  // A bound for a run that hangs; SIGKILL, since such a run ignored SIGTERM.
+  const std::string cmd = "timeout -s KILL 300 " + small_run(test::tiny_model(), out, "--prompt c --prompt b");
+  auto r = test::run(cmd);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "2 done, 0 skipped, 0 failed")) << r.output;
+  EXPECT_FALSE(fs::is_symlink(out + "/" + png)) << "the PNG was made again over the link";
+  EXPECT_EQ(test::read_text(elsewhere / png), test::read_text(out + "/" + png));  // same image, its own file
+}
+
+// ---- inputs that hang or exhaust memory --------------------------------------------------------
+
+// A FIFO as --prompts blocked open() forever, deaf to SIGINT/SIGTERM; /dev/zero behind a .txt
+// link was read without limit. Only regular files are read, and a prompt file is bounded.
+TEST(HostileInputs, PromptFilesMustBeRegularFilesOfBoundedSize) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "fifo.txt").c_str(), 0644), 0);
+  fs::create_symlink("/dev/zero", dir / "zero.txt");
+  for (const auto& [file, what] : std::vector<std::pair<std::string, std::string>>{
+           {dir / "fifo.txt", "is a FIFO (named pipe), not a file"}, {dir / "zero.txt", "is a character device, not a file"}}) {
+    auto r = test::run("timeout -s KILL 120 " + small_run(test::tiny_model(), dir / "out", "--prompts " + file));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, file + ": " + what)) << r.output;
+  }
+  // A sparse file of 300 MiB: refused by its size before a byte is read.
+  {
+    const int fd = ::open((dir / "huge.txt").c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, int64_t{300} << 20), 0);
+    ::close(fd);
+  }
+  auto huge = test::run(small_run(test::tiny_model(), dir / "out", "--prompts " + (dir / "huge.txt")));
+  EXPECT_EQ(huge.status, 2) << huge.output;
+  EXPECT_TRUE(has(huge.output, (dir / "huge.txt") + ": 314572800 bytes, more than the 256 MiB an input file may hold"))
+      << huge.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// Tokenizer files and safetensors shards are inputs too: a FIFO among them is refused, not waited on.
+TEST(HostileInputs, TokenizerFilesAndShardsMustBeRegularFiles) {
+  TempDir dir;
+  fs::copy(test::golden("tiny-pipeline"), dir / "pipe", fs::copy_options::recursive);
+  fs::remove(dir / "pipe/tokenizer/merges.txt");
+  ASSERT_EQ(::mkfifo((dir / "pipe/tokenizer/merges.txt").c_str(), 0644), 0);
+  auto tokenize = test::run("echo '\"a cat\"' | timeout -s KILL 120 " + test::exe() + " tokenize --tokenizer " + (dir / "pipe/tokenizer"));
+  EXPECT_EQ(tokenize.status, 2) << tokenize.output;
+  EXPECT_TRUE(has(tokenize.output, "merges.txt: is a FIFO (named pipe), not a file")) << tokenize.output;
+  fs::remove(dir / "pipe/tokenizer/merges.txt");
+  fs::copy_file(test::golden("tiny-pipeline/tokenizer/merges.txt"), dir / "pipe/tokenizer/merges.txt");
+  const std::string shard = dir / "pipe/vae/diffusion_pytorch_model.safetensors";
+  fs::remove(shard);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0644), 0);
+  auto convert = test::run(fmt::format("timeout -s KILL 120 {} convert --from {} --to {}", test::exe(), dir / "pipe", dir / "x.h5"));
+  EXPECT_EQ(convert.status, 2) << convert.output;
+  EXPECT_TRUE(has(convert.output, shard + ": cannot open as a safetensors file: a FIFO (named pipe)")) << convert.output;
+  EXPECT_FALSE(fs::exists(dir / "x.h5"));
+}
+
+// ---- silent wrong results ---------------------------------------------------------------------
+
+// A full disk while writing a latents file left a 0-byte temporary that outlived the next
+// successful run, logged "no PNG written" though the PNG was written, and dumped HDF5's
+// error stack. Now the image leaves no file, the log says what is true, HDF5 stays quiet.
+TEST(HostileInputs, AFullDiskWhileWritingLatentsLeavesNothing) {
+  TempDir dir;
+  // The PNG's size for this image, made where there is room.
+  const std::string prompts = "--prompt 'noise 0' --output-type latent --width 256 --height 256";
+  ASSERT_EQ(test::run(small_run(test::tiny_model(), dir / "roomy", prompts)).status, 0);
+  const auto png_bytes = static_cast<int64_t>(fs::file_size(dir / "roomy/000000-noise-0.png"));
+  const auto latents_bytes = static_cast<int64_t>(fs::file_size(dir / "roomy/000000-noise-0.latents.h5"));
+  ASSERT_GT(latents_bytes, 40000);
+  // Room for the PNG, the lock and manifest files, and far less than the latents.
+  const int64_t pages = (png_bytes + 4095) / 4096 + 4;
+  fs::create_directories(dir / "out");
+  if (test::run(fmt::format("mount -t tmpfs -o size={}k tmpfs {}", pages * 4 + 16, dir / "out")).status != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)";
+  struct Unmount {
+    std::string path;
+    ~Unmount() { test::run("umount " + path); }
+  } unmount{dir / "out"};
+  auto r = test::run(small_run(test::tiny_model(), dir / "out", prompts));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "image 0 (--prompt #1) failed: cannot write the output: ")) << r.output;
+  EXPECT_TRUE(has(r.output, "; no PNG written")) << r.output;
+  EXPECT_FALSE(has(r.output, "HDF5-DIAG")) << r.output;
+  for (const std::string& name : names_in(dir / "out")) {
+    EXPECT_FALSE(has(name, ".tmp.")) << name << " left behind";
+    EXPECT_FALSE(has(name, ".png")) << name << ": a failed image leaves no PNG";
+  }
+  ASSERT_EQ(test::run("mount -o remount,size=4m " + (dir / "out")).status, 0);
+  auto rerun = test::run(small_run(test::tiny_model(), dir / "out", prompts));
+  EXPECT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_EQ(test::read_text(dir / "out/000000-noise-0.latents.h5"), test::read_text(dir / "roomy/000000-noise-0.latents.h5"));
+  for (const std::string& name : names_in(dir / "out")) EXPECT_FALSE(has(name, ".tmp.")) << name;
+}
+
+// ---- clearer or earlier -----------------------------------------------------------------------
+
+// After kill -9 of a writer its temporary stayed until it was ten minutes old, though the
+// README says the next run removes it. One whose writer is provably gone (this host and pid
+// namespace, its pid running no process or one that started at another time) goes at once.
+TEST(HostileInputs, TemporariesOfWritersProvablyGoneAreRemovedAtOnce) {
+  TempDir dir;
+  // A writer killed while it wrote (no destructor ran): _exit in a child that made a temporary.
+  const pid_t writer = fork();
+  if (writer == 0) {
+    TempFile tmp(dir / "000000-x.png");
+    tmp.write("partial", 7);
+    test::write_text(dir / "name", tmp.path());
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(writer, &status, 0);
+  const std::string orphan = test::read_text(dir / "name");
+  ASSERT_TRUE(fs::exists(orphan));
+  fs::remove(dir / "name");
+  // This process's own name with another start time: the pid is reused by another process.
+  const std::string mine = temp_path_for(dir / "000001-y.png");
+  const std::string reused = [&] {
+    std::string name = mine;
+    const std::string start = fmt::format(".{}.{}.", ::getpid(), process_start_time(::getpid()));
+    return name.replace(name.find(start), start.size(), fmt::format(".{}.{}.", ::getpid(), process_start_time(::getpid()) + 1));
+  }();
+  test::write_text(mine, "live");
+  test::write_text(reused, "gone");
+  // Another host's, just written (its writer may be alive there): kept until ten minutes pass.
+  const std::string other_host = dir / ".000002-z.png.tmp.1234.99.1.0123abcd.another-host.example";
+  test::write_text(other_host, "theirs");
+  const std::string old_other_host = dir / ".000003-w.png.tmp.1234.99.1.0123abcd.another-host.example";
+  test::write_text(old_other_host, "theirs, long gone");
+  fs::last_write_time(old_other_host, fs::file_time_type::clock::now() - std::chrono::minutes(11));
+  std::vector<std::string> removed = remove_orphaned_temp_files(dir.path());
+  std::sort(removed.begin(), removed.end());
+  std::vector<std::string> expected = {orphan, reused, old_other_host};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(removed, expected);
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_TRUE(fs::exists(other_host));
+
+  // generate sweeps its folder the same way at start.
+  fs::remove(mine);
+  fs::remove(other_host);
+  const pid_t killed = fork();
+  if (killed == 0) {
+    TempFile tmp(dir / "000000-x.png");
+    tmp.write("partial", 7);
+    _exit(0);
+  }
+  waitpid(killed, &status, 0);
+  auto r = test::run(small_run(test::tiny_model(), dir.path(), "--prompt x"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "(left by a killed writer)")) << r.output;
+  for (const std::string& name : names_in(dir.path())) EXPECT_FALSE(has(name, ".tmp.")) << name;
+}
