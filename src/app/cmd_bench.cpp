@@ -24,6 +24,7 @@
 #include "core/fs.h"
 #include "core/timer.h"
 #include "io/config.h"
+#include "io/convert.h"
 #include "io/weight_store.h"
 #include "model/random_weights.h"
 #include "model/text_encoder.h"
@@ -402,13 +403,101 @@ int bench_text(const CommonOptions& o, Backend& be) {
   return 0;
 }
 
+// ---- load ----------------------------------------------------------------------------------
+
+// A transformer of `config` with random bf16 weights, written as a weight file of its own: a
+// multi-GB file of real shapes to time loading on, without the real checkpoint.
+void write_random_transformer(const Config& config, uint64_t seed, const std::string& path) {
+  check_output_file(path);
+  std::vector<WeightSpec> specs = QwenImageTransformer::weight_specs(TransformerConfig::from(config));
+  std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  WeightWriter writer(path);
+  writer.begin_component("transformer", config.json().dump());
+  std::vector<char> bf16;
+  for (const WeightSpec& spec : specs) {
+    const std::vector<float> values = random_values(seed, spec);
+    bf16.resize(values.size() * 2);
+    convert_from_f32(values.data(), bf16.data(), DType::BF16, values.size());
+    writer.add_tensor(spec.name, spec.shape, DType::BF16, bf16.data());
+  }
+  writer.end_component();
+  writer.finish();
+}
+
+// Every dataset of a weight file read as generate reads it (Component: the bytes, then their
+// digest checked) and read without the check, tensor by tensor in alternating order so that
+// both meet the same page cache: what verifying what is read costs.
+int bench_load(const CommonOptions& o, const std::string& out) {
+  std::string path = o.weights;
+  Stopwatch written;
+  if (path.empty()) {
+    if (out.empty())
+      fail_input("bench load: give --weights FILE.h5, or --config and --out FILE.h5 (a random transformer is written "
+                 "there first)");
+    write_random_transformer(resolve_config(o.config, dit_presets()).second, o.seed, out);
+    path = out;
+  }
+  const double write_s = o.weights.empty() ? written.seconds() : 0.0;
+  const WeightStore store = WeightStore::open(path);
+  double plain_s = 0, verified_s = 0;
+  int64_t bytes = 0, datasets = 0, turn = 0;
+  for (int round = 0; round < o.warmup + o.steps; ++round)
+    for (const std::string& name : store.components()) {
+      const Component comp = store.component(name);
+      for (const std::string& tensor : comp.tensor_names()) {
+        const h5::DatasetInfo info = comp.tensor_info(tensor);
+        const bool file = info.dtype == DType::U8;
+        auto plain = [&] {
+          Stopwatch watch;
+          if (file) (void)comp.group().read_bytes(tensor);
+          else (void)comp.group().read_tensor(tensor);
+          return watch.seconds();
+        };
+        auto verified = [&] {
+          Stopwatch watch;
+          if (file) (void)comp.file_bytes(tensor);
+          else (void)comp.tensor(tensor);
+          return watch.seconds();
+        };
+        double a = 0, b = 0;
+        if (turn++ % 2) a = plain(), b = verified();
+        else b = verified(), a = plain();
+        if (round < o.warmup) continue;
+        plain_s += a;
+        verified_s += b;
+        bytes += shape_numel(info.shape) * static_cast<int64_t>(dtype_size(info.dtype));
+        ++datasets;
+      }
+    }
+  const double gb = static_cast<double>(bytes) / 1e9;
+  std::cout << "bench load\n"
+            << fmt::format("  file          {} ({:.2f} GB in {} datasets a round{})\n", path, gb / o.steps,
+                           datasets / o.steps, write_s > 0 ? fmt::format(", written in {:.1f} s", write_s) : "")
+            << fmt::format("  threads       {} OpenMP (the digest hashes 4 MiB pieces in parallel)\n",
+                           omp_get_max_threads())
+            << fmt::format("  read          {:.3f} s a round ({:.2f} GB/s), {} round(s) after {} warm-up\n",
+                           plain_s / o.steps, gb / std::max(plain_s, 1e-9), o.steps, o.warmup)
+            << fmt::format("  read + check  {:.3f} s a round ({:.2f} GB/s)\n", verified_s / o.steps,
+                           gb / std::max(verified_s, 1e-9))
+            << fmt::format("  ratio         {:.3f} (read + check / read)\n", verified_s / std::max(plain_s, 1e-9));
+  nlohmann::ordered_json json = {{"bench", "load"},          {"engine", "ditbatch"},
+                                 {"file", path},             {"bytes_per_round", bytes / o.steps},
+                                 {"threads", omp_get_max_threads()}, {"read_s", plain_s / o.steps},
+                                 {"read_verified_s", verified_s / o.steps},
+                                 {"ratio", verified_s / std::max(plain_s, 1e-9)}};
+  std::cout << "BENCH_JSON " << json.dump() << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
   CommonOptions o;
   std::string what;
   po::options_description desc("options");
-  desc.add_options()("what", po::value(&what), "dit | vae | text (the first argument)")(
+  std::string out;
+  desc.add_options()("what", po::value(&what), "dit | vae | text | load (the first argument)")(
+      "out", po::value(&out), "load: write a random transformer of --config here first, and time loading it")(
       "weights", po::value(&o.weights), "a ditbatch .h5 to take the model from (else --config)")(
       "config", po::value(&o.config)->default_value("small"),
       "tiny | small | real | a JSON object | a config.json: random weights with this config")(
@@ -424,18 +513,22 @@ int cmd_bench(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   positional.add("what", 1);
   po::variables_map vm;
-  if (!parse_options("bench", "dit|vae|text [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
+  if (!parse_options("bench",
+                     "dit|vae|text|load [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
                      "Times one model on random inputs: ms per call (mean and min over --steps after --warmup),\n"
                      "GFLOP/s from an explicit FLOP count (dit, text; vae: time only), peak RSS and the threads\n"
-                     "used. Prints a table and one line 'BENCH_JSON {...}' for scripts. A benchmark: its figures\n"
-                     "depend on the machine.",
+                     "used. load: reading every tensor of --weights with and without checking its digest (with\n"
+                     "--out: of a random transformer of --config written there first). Prints a table and one line\n"
+                     "'BENCH_JSON {...}' for scripts. A benchmark: its figures depend on the machine.",
                      desc, &positional, args, vm))
     return 0;
-  if (what != "dit" && what != "vae" && what != "text")
-    fail_input("bench {}: say what to time: dit, vae or text (see ditbatch bench --help)", what.empty() ? "''" : what);
+  if (what != "dit" && what != "vae" && what != "text" && what != "load")
+    fail_input("bench {}: say what to time: dit, vae, text or load (see ditbatch bench --help)",
+               what.empty() ? "''" : what);
   if (o.steps < 1 || o.warmup < 0)
     fail_input("--steps {} / --warmup {}: need steps >= 1, warmup >= 0", o.steps, o.warmup);
   if (!o.weights.empty() && !vm["config"].defaulted()) fail_input("give either --weights or --config, not both");
+  if (what == "load") return bench_load(o, out);
   Log log(0, 1, o.log_level);
   std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
   if (what == "dit") return bench_dit(o, *backend);

@@ -464,6 +464,17 @@ void Group::overwrite_dataset(const std::string& name, const void* data) const {
     fail("{}: cannot write dataset: {}", where(name), last_error());
 }
 
+void Group::set_dataset_attr(const std::string& dataset, const std::string& attr, const std::string& value) const {
+  // Attributes live on any object: the dataset's handle serves as the attribute owner.
+  const Group owner(open_dataset(*this, dataset), file_, where(dataset).substr(file_.size() + 1));
+  owner.set_attr(attr, value);
+}
+
+std::string Group::dataset_attr_string(const std::string& dataset, const std::string& attr) const {
+  const Group owner(open_dataset(*this, dataset), file_, where(dataset).substr(file_.size() + 1));
+  return owner.has_attr(attr) ? owner.attr_string(attr) : "";
+}
+
 std::string Group::read_bytes(const std::string& name) const {
   DatasetInfo info = dataset_info(name);
   if (info.dtype != DType::U8 || info.shape.size() != 1)

@@ -95,6 +95,9 @@ class Group {
   std::string read_bytes(const std::string& name) const;
   // Overwrites an existing dataset's elements (same stored type and element count).
   void overwrite_dataset(const std::string& name, const void* data) const;
+  // A string attribute of a dataset of this group ("" when it has none).
+  void set_dataset_attr(const std::string& dataset, const std::string& attr, const std::string& value) const;
+  std::string dataset_attr_string(const std::string& dataset, const std::string& attr) const;
 
  private:
   Handle handle_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -82,6 +83,51 @@ void write_config_attributes(const h5::Group& group, const std::string& config_j
   }
 }
 
+// ---- digests -------------------------------------------------------------------------------
+
+std::string tensor_digest(const void* data, size_t bytes) {
+  constexpr size_t kPiece = size_t{4} << 20;
+  const auto* p = static_cast<const char*>(data);
+  const int64_t pieces = static_cast<int64_t>(std::max<size_t>(1, (bytes + kPiece - 1) / kPiece));
+  std::vector<std::string> digests(static_cast<size_t>(pieces));
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+  for (int64_t i = 0; i < pieces; ++i) {
+    try {
+      const size_t from = static_cast<size_t>(i) * kPiece;
+      Sha256 h;
+      h.update(p + from, std::min(kPiece, bytes - std::min(bytes, from)));
+      digests[static_cast<size_t>(i)] = h.hex();
+    } catch (...) {
+#pragma omp critical
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  Sha256 all;
+  for (const std::string& d : digests) all.update(d);
+  return all.hex();
+}
+
+std::string component_checksum(const std::string& config_json, std::vector<DatasetDigest> datasets) {
+  std::sort(datasets.begin(), datasets.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  Sha256 h;
+  if (!config_json.empty()) h.update("config\n" + config_json + "\n");
+  for (const DatasetDigest& d : datasets) h.update(fmt::format("{}\n{}\n{}\n{}\n", d.name, d.dtype, d.shape, d.digest));
+  return h.hex();
+}
+
+namespace {
+
+std::string file_checksum(std::vector<std::pair<std::string, std::string>> components) {
+  std::sort(components.begin(), components.end());
+  Sha256 all;
+  for (const auto& [name, sum] : components) all.update(name + ":" + sum + "\n");
+  return all.hex();
+}
+
+}  // namespace
+
 // ---- Component -----------------------------------------------------------------------------
 
 Component::Component(h5::Group group, std::string name) : group_(std::move(group)), name_(std::move(name)) {
@@ -105,11 +151,33 @@ h5::DatasetInfo Component::tensor_info(const std::string& name) const {
   return group_.dataset_info(name);
 }
 
+void Component::read_verified(const std::string& name, const h5::DatasetInfo& info, void* dst) const {
+  group_.read_dataset_raw(name, dst);
+  const std::string recorded = group_.dataset_attr_string(name, kDigestAttribute);
+  const std::string read = tensor_digest(dst, static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype));
+  if (read != recorded)
+    fail_input("{}: its bytes do not match the digest recorded when the file was written ({}, read {}): the file was "
+               "changed after it was written, or is damaged; convert it again",
+               where(name), recorded.empty() ? std::string("none") : recorded.substr(0, 16), read.substr(0, 16));
+}
+
 Tensor Component::tensor(const std::string& name) const {
   h5::DatasetInfo info = tensor_info(name);
   if (!is_float(info.dtype))
     fail_input("{}: tensor has dtype {}, expected f32, bf16 or f16", where(name), dtype_name(info.dtype));
-  return group_.read_tensor(name);
+  Tensor t = Tensor::host(info.shape, info.dtype);
+  read_verified(name, info, t.raw());
+  return t;
+}
+
+std::string Component::file_bytes(const std::string& name) const {
+  h5::DatasetInfo info = tensor_info(name);
+  if (info.dtype != DType::U8 || info.shape.size() != 1)
+    fail_input("{}: a file is stored as a 1-D u8 dataset, found {}{}", where(name), dtype_name(info.dtype),
+               shape_str(info.shape));
+  std::string bytes(static_cast<size_t>(info.shape[0]), '\0');
+  read_verified(name, info, bytes.data());
+  return bytes;
 }
 
 Tensor Component::tensor(const std::string& name, const Shape& expected, const std::string& why) const {
@@ -132,9 +200,45 @@ WeightStore WeightStore::open(const std::string& path) {
                "with `ditbatch convert`)",
                path);
   int64_t version = store.root_.attr_int("format_version");
+  if (version == 1)
+    fail_input("{}: weight format 1, written by an older ditbatch: its tensors carry no digests, so a tensor changed "
+               "after conversion would go unnoticed. Convert it again (ditbatch convert --from DIFFUSERS_DIR --to {}), "
+               "or run make-tiny again",
+               path, path);
   if (version != kWeightFormatVersion)
     fail_input("{}: weight format version {} is not supported by this ditbatch (expected {})", path, version,
                kWeightFormatVersion);
+  // The checksum from what the file holds (configs, names, shapes, digests: no tensor bytes,
+  // which every read checks against the digests), against the one recorded when it was written.
+  std::vector<std::pair<std::string, std::string>> sums;
+  for (const std::string& name : store.components()) {
+    const h5::Group group = store.root_.open_group(name);
+    std::vector<DatasetDigest> datasets;
+    for (const std::string& member : group.members()) {
+      if (!group.has_dataset(member)) continue;
+      const h5::DatasetInfo info = group.dataset_info(member);
+      const std::string digest = group.dataset_attr_string(member, kDigestAttribute);
+      if (digest.empty())
+        fail_input("{}: has no {} attribute (its digest): the file was changed after it was written; convert it "
+                   "again",
+                   group.where(member), kDigestAttribute);
+      datasets.push_back({member, std::string(dtype_name(info.dtype)), shape_str(info.shape), digest});
+    }
+    const std::string sum =
+        component_checksum(group.has_attr("config_json") ? group.attr_string("config_json") : "", std::move(datasets));
+    const std::string recorded = store.root_string("checksum." + name);
+    if (sum != recorded)
+      fail_input("{}: the checksum recorded for /{} ({}) does not match its config and tensor digests ({}): the file "
+                 "was changed after it was written; convert it again",
+                 path, name, recorded.empty() ? std::string("none") : recorded.substr(0, 12), sum.substr(0, 12));
+    sums.emplace_back(name, sum);
+  }
+  store.checksum_ = file_checksum(std::move(sums));
+  const std::string recorded = store.root_string("checksum");
+  if (store.checksum_ != recorded)
+    fail_input("{}: the recorded checksum ({}) does not match its components' ({}): the file was changed after it was "
+               "written; convert it again",
+               path, recorded.empty() ? std::string("none") : recorded.substr(0, 12), store.checksum_.substr(0, 12));
   return store;
 }
 
@@ -186,35 +290,30 @@ void WeightWriter::begin_component(const std::string& name, const std::string& c
   DITBATCH_CHECK(!current_, "begin_component({}) inside component {}", name, current_name_);
   current_ = root_.create_group(name);
   current_name_ = name;
-  current_hash_ = std::make_unique<Sha256>();
-  if (!config_json.empty()) {
-    write_config_attributes(*current_, config_json);
-    current_hash_->update("config\n" + config_json + "\n");
-  }
+  current_config_ = config_json;
+  current_digests_.clear();
+  if (!config_json.empty()) write_config_attributes(*current_, config_json);
 }
 
 void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType dtype, const void* data) {
   DITBATCH_CHECK(current_, "add_tensor({}) outside a component", name);
   current_->write_dataset(name, shape, dtype, data);
-  // The checksum covers what defines the tensor: name, dtype, shape and bytes.
-  current_hash_->update(fmt::format("{}\n{}\n{}\n", name, dtype_name(dtype), shape_str(shape)));
-  current_hash_->update(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  // The digest covers the bytes as stored; the component's checksum adds name, dtype and shape.
+  const std::string digest = tensor_digest(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  current_->set_dataset_attr(name, kDigestAttribute, digest);
+  current_digests_.push_back({name, std::string(dtype_name(dtype)), shape_str(shape), digest});
 }
 
 void WeightWriter::add_file(const std::string& name, const std::string& bytes) {
-  DITBATCH_CHECK(current_, "add_file({}) outside a component", name);
-  current_->write_bytes(name, bytes);
-  current_hash_->update(fmt::format("{}\nfile\n{}\n", name, bytes.size()));
-  current_hash_->update(bytes);
+  add_tensor(name, {static_cast<int64_t>(bytes.size())}, DType::U8, bytes.data());
 }
 
 void WeightWriter::end_component() {
   DITBATCH_CHECK(current_, "end_component outside a component");
-  std::string checksum = current_hash_->hex();
+  const std::string checksum = component_checksum(current_config_, current_digests_);
   root_.set_attr("checksum." + current_name_, checksum);
   checksums_.emplace_back(current_name_, checksum);
   current_.reset();
-  current_hash_.reset();
 }
 
 void WeightWriter::set_root_attr(const std::string& name, const std::string& value) { root_.set_attr(name, value); }
@@ -222,9 +321,7 @@ void WeightWriter::set_root_attr(const std::string& name, int64_t value) { root_
 
 void WeightWriter::finish() {
   DITBATCH_CHECK(!current_, "finish inside component {}", current_name_);
-  Sha256 all;
-  for (const auto& [name, sum] : checksums_) all.update(name + ":" + sum + "\n");
-  root_.set_attr("checksum", all.hex());
+  root_.set_attr("checksum", file_checksum(checksums_));
   root_ = h5::Group();
   file_->close_checked();
   check_weight_file_target(final_path_);  // checked before the work too: the rename replaces what is there now

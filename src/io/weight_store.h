@@ -1,14 +1,23 @@
 // The ditbatch weight file: one HDF5 file holds a whole pipeline.
 //
 //   /                 attrs: format_version, model_name, source, created_by,
-//                            checksum.<component> (sha256 of its tensors), checksum (of those),
-//                            prompt_template, prompt_template_encode_start_idx
+//                            checksum.<component>, checksum (of those), prompt_template,
+//                            prompt_template_encode_start_idx
 //   /transformer      attrs: config_json (the diffusers config.json verbatim) + one typed
 //   /text_encoder            attribute per numeric/bool/string config key (nested keys dotted:
 //   /vae                     "text_config.hidden_size"); one dataset per tensor, named by its
 //                            diffusers state-dict key, contiguous, f32/bf16/f16
 //   /tokenizer        the tokenizer files as u8 datasets (vocab.json, merges.txt, ...)
 //   /scheduler        attrs: config_json + typed attributes (no datasets)
+//
+// Every dataset carries its digest (attribute sha256_4mib, tensor_digest() of its stored
+// bytes), and every read of a dataset checks it: a tensor edited in place (scaled, NaN-ed) is
+// refused with its name, never taken for the model the file names. A component's checksum is
+// the SHA-256 of its config and of each dataset's name, dtype, shape and digest; the file's of
+// its components' (sorted by name). WeightStore derives both from what the file holds and
+// refuses a file whose recorded checksum differs, so the checksum that PNGs and manifests name
+// always describes the bytes that are read. Format 1 files (no digests) are refused with what
+// to do: convert them again.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -26,7 +35,12 @@
 
 namespace ditbatch {
 
-constexpr int64_t kWeightFormatVersion = 1;
+constexpr int64_t kWeightFormatVersion = 2;
+// The digest of a dataset's stored bytes: the SHA-256 of the concatenated hex SHA-256 of each
+// 4 MiB piece (the pieces hash in parallel on the OpenMP threads: a 57 GB load is not held up by
+// one hashing thread).
+std::string tensor_digest(const void* data, size_t bytes);
+inline constexpr const char* kDigestAttribute = "sha256_4mib";
 // The components a pipeline file holds, in the order they are written.
 const std::vector<std::string>& pipeline_components();
 
@@ -48,9 +62,12 @@ class Component {
   Tensor tensor(const std::string& name) const;
   // The same, but the shape must be `expected`; `why` says which config values imply it.
   Tensor tensor(const std::string& name, const Shape& expected, const std::string& why = "") const;
-  std::string file_bytes(const std::string& name) const { return group_.read_bytes(name); }
+  std::string file_bytes(const std::string& name) const;
 
  private:
+  // Every byte of a dataset is read here, and checked against its digest before it is used.
+  void read_verified(const std::string& name, const h5::DatasetInfo& info, void* dst) const;
+
   h5::Group group_;
   std::string name_;
   Config config_;
@@ -68,13 +85,22 @@ class WeightStore {
   int64_t root_int(const std::string& attr) const { return root_.attr_int(attr); }
   const h5::Group& root() const { return root_; }
   std::string model_name() const { return root_string("model_name", "unknown"); }
-  std::string checksum() const { return root_string("checksum", ""); }
+  // The model's checksum, derived from the configs and the tensors' digests (equal to the one
+  // recorded when the file was written, or the file is refused when opened).
+  const std::string& checksum() const { return checksum_; }
 
  private:
   std::shared_ptr<h5::File> file_;
   h5::Group root_;
-  std::string path_;
+  std::string path_, checksum_;
 };
+
+// What a component's checksum covers of one dataset.
+struct DatasetDigest {
+  std::string name, dtype, shape, digest;
+};
+// The checksum of a component: its config (if any) and its datasets' digests, in name order.
+std::string component_checksum(const std::string& config_json, std::vector<DatasetDigest> datasets);
 
 // Writes a weight file: temp name, per-component checksums, fsync + rename at finish().
 // Destroyed without finish(), or the process ended by SIGINT / SIGTERM / SIGHUP: the temp file
@@ -103,8 +129,8 @@ class WeightWriter {
   std::unique_ptr<h5::File> file_;
   h5::Group root_;
   std::optional<h5::Group> current_;
-  std::string current_name_;
-  std::unique_ptr<Sha256> current_hash_;
+  std::string current_name_, current_config_;
+  std::vector<DatasetDigest> current_digests_;
   std::vector<std::pair<std::string, std::string>> checksums_;
 };
 

@@ -198,6 +198,72 @@ TEST(HostileOutputs, ManifestLinesNamingFilesOutsideTheFolderAreNotRead) {
   EXPECT_EQ(test::read_text(elsewhere / png), test::read_text(out + "/" + png));  // same image, its own file
 }
 
+// A weight file edited in place (a tensor scaled by 3) kept the checksum it was written with,
+// and resume took its images for those of the model that checksum names. Every read checks
+// the tensor's digest; a digest or checksum changed along with it is found when the file opens.
+TEST(HostileWeights, ATensorEditedInPlaceIsRefused) {
+  TempDir dir;
+  fs::copy_file(test::tiny_model(), dir / "edited.h5");
+  {
+    h5::File f = h5::File::open_rw(dir / "edited.h5");
+    h5::Group t = f.root().open_group("transformer");
+    Tensor w = t.read_tensor("proj_out.weight");
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] *= 3.0f;
+    t.overwrite_dataset("proj_out.weight", w.raw());
+  }
+  auto r = test::run(small_run(dir / "edited.h5", dir / "out", "--prompt x"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, (dir / "edited.h5") + ":/transformer/proj_out.weight: its bytes do not match the digest "
+                                                   "recorded when the file was written")) << r.output;
+  EXPECT_TRUE(has(r.output, "convert it again")) << r.output;
+  EXPECT_FALSE(has(r.output, "image 0 done")) << r.output;
+
+  // The digest rewritten to match: the checksum it adds up to is not the one recorded.
+  {
+    h5::File f = h5::File::open_rw(dir / "edited.h5");
+    h5::Group t = f.root().open_group("transformer");
+    Tensor w = t.read_tensor("proj_out.weight");
+    t.set_dataset_attr("proj_out.weight", kDigestAttribute, tensor_digest(w.raw(), w.nbytes()));
+  }
+  EXPECT_TRUE(has(test::input_error_of([&] { WeightStore::open(dir / "edited.h5"); }),
+                  "the checksum recorded for /transformer (")) << "the digest alone was rewritten";
+  // A file of the format before digests says what to do.
+  fs::copy_file(test::tiny_model(), dir / "old.h5");
+  h5::File::open_rw(dir / "old.h5").root().set_attr("format_version", int64_t{1});
+  EXPECT_TRUE(has(test::input_error_of([&] { WeightStore::open(dir / "old.h5"); }),
+                  "weight format 1, written by an older ditbatch: its tensors carry no digests"));
+  // The checksum a file names is a function of what it holds: a file written from the same
+  // weights names the same one, from other weights another.
+  test::rewrite_weights(test::tiny_model(), dir / "same.h5", {});
+  EXPECT_EQ(WeightStore::open(dir / "same.h5").checksum(), WeightStore::open(test::tiny_model()).checksum());
+  test::rewrite_weights(test::tiny_model(), dir / "scaled.h5",
+                        {.tensor = [](const std::string& c, const std::string& name, Tensor& t) {
+                          if (c == "transformer" && name == "proj_out.weight")
+                            for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 3.0f;
+                        }});
+  EXPECT_NE(WeightStore::open(dir / "scaled.h5").checksum(), WeightStore::open(test::tiny_model()).checksum());
+}
+
+// The digest is the SHA-256 of the hex SHA-256 of each 4 MiB piece, as Python's hashlib says.
+TEST(HostileWeights, TheTensorDigestIsTheDocumentedOne) {
+  const std::vector<float> small = test::random_floats(1000, 5);
+  std::string bytes(reinterpret_cast<const char*>(small.data()), small.size() * 4);
+  TempDir dir;
+  test::write_text(dir / "small.bin", bytes);
+  std::string big((size_t{4} << 20) * 3 + 4097, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
+  test::write_text(dir / "big.bin", big);
+  auto r = test::run(fmt::format(
+      "python3 -c \"import hashlib,sys\n"
+      "for p in sys.argv[1:]:\n"
+      "  b = open(p, 'rb').read(); n = 4 << 20\n"
+      "  pieces = [b[i:i + n] for i in range(0, max(len(b), 1), n)]\n"
+      "  print(hashlib.sha256(''.join(hashlib.sha256(x).hexdigest() for x in pieces).encode()).hexdigest())\" {} {}",
+      dir / "small.bin", dir / "big.bin"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, tensor_digest(bytes.data(), bytes.size()) + "\n" + tensor_digest(big.data(), big.size()) + "\n");
+}
+
 // ---- inputs that hang or exhaust memory --------------------------------------------------------
 
 // A FIFO as --prompts blocked open() forever, deaf to SIGINT/SIGTERM; /dev/zero behind a .txt
