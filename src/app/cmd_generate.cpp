@@ -108,6 +108,7 @@ std::string validate_input(const GenerateOptions& o, const Log& log, std::string
   ArraySlice::resolve(o.array_index, o.array_count);
   check_output_dir(o.run.out_dir);
   const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  QwenImagePipeline::check_configs(weights);
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
   const LoraSet loras = LoraSet::open(requests, TransformerConfig::from(weights.component("transformer").config()));

@@ -54,15 +54,25 @@ void check_component_tensors(const std::string& component, const std::string& co
   const Config config = Config::parse(config_json, config_path);
   std::map<std::string, const SafetensorsSet::Item*> by_name;
   for (const auto& item : tensors.items()) by_name[item.entry->name] = &item;
+  std::vector<std::string> names;
+  for (const auto& [name, item] : by_name) names.push_back(name);
+  const std::string where = folder + "/" + component;
+  // Block counts first: the spec lists below hold one entry per tensor the config implies.
   std::vector<WeightSpec> specs;
   if (component == "transformer") {
-    specs = QwenImageTransformer::weight_specs(TransformerConfig::from(config));
+    const TransformerConfig c = TransformerConfig::from(config);
+    check_block_counts(c.block_counts(), names, where);
+    specs = QwenImageTransformer::weight_specs(c);
   } else if (component == "vae") {
-    specs = VaeDecoder::weight_specs(VaeConfig::from(config));
+    const VaeConfig c = VaeConfig::from(config);
+    check_block_counts(c.block_counts(), names, where);
+    specs = VaeDecoder::weight_specs(c);
   } else {
-    const std::string prefix = QwenTextEncoder::tensor_prefix(
-        [&](const std::string& name) { return by_name.count(name) > 0; }, folder + "/" + component);
-    specs = QwenTextEncoder::weight_specs(TextEncoderConfig::from(config), prefix);
+    const std::string prefix =
+        QwenTextEncoder::tensor_prefix([&](const std::string& name) { return by_name.count(name) > 0; }, where);
+    const TextEncoderConfig c = TextEncoderConfig::from(config);
+    check_block_counts(c.block_counts(prefix), names, where);
+    specs = QwenTextEncoder::weight_specs(c, prefix);
   }
   std::vector<std::string> missing;
   for (const WeightSpec& spec : specs) {

@@ -24,6 +24,10 @@ struct TextEncoderConfig {
   double rope_theta = 1000000.0;
   // transformers 4.x keeps the text keys at the top level, 5.x under "text_config".
   static TextEncoderConfig from(const Config& config);
+  // prefix: the component's state-dict prefix (QwenTextEncoder::tensor_prefix).
+  std::vector<BlockCount> block_counts(const std::string& prefix) const {
+    return {{"num_hidden_layers", num_hidden_layers, prefix + "layers."}};
+  }
 };
 
 class QwenTextEncoder {

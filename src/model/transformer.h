@@ -30,6 +30,7 @@ struct TransformerConfig {
   int64_t ff_dim() const { return 4 * inner_dim(); }  // FeedForward(mult=4)
   int64_t out_dim() const { return patch_size * patch_size * out_channels; }
   static TransformerConfig from(const Config& config);  // validates
+  std::vector<BlockCount> block_counts() const { return {{"num_layers", num_layers, "transformer_blocks."}}; }
 };
 
 // Work that depends only on the timestep: computed once per step, shared by the cond and

@@ -19,6 +19,11 @@ struct VaeConfig {
   std::vector<int64_t> temperal_downsample = {0, 1, 1};  // bools
   std::vector<float> latents_mean, latents_std;           // [z_dim] each
   static VaeConfig from(const Config& config);
+  // The decoder's up blocks (one per dim_mult entry) and their resnets (num_res_blocks + 1 each).
+  std::vector<BlockCount> block_counts() const {
+    return {{"len(dim_mult)", static_cast<int64_t>(dim_mult.size()), "decoder.up_blocks."},
+            {"num_res_blocks + 1", num_res_blocks + 1, "decoder.up_blocks.0.resnets."}};
+  }
 
   // Channel widths of the decoder: [base*mult[-1]] + [base*m for m in reversed(mult)].
   std::vector<int64_t> decoder_dims() const;

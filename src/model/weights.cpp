@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <set>
+
 #include "core/error.h"
 
 namespace ditbatch {
@@ -16,6 +18,29 @@ Tensor WeightReader::stored_file_tensor(const std::string& path, const std::stri
   const SafetensorsEntry* entry = it->second->find(name);
   if (!entry) fail_input("{}: no tensor '{}' (was the file changed since the run checked it?)", path, name);
   return it->second->tensor(*entry);
+}
+
+void check_block_counts(const std::vector<BlockCount>& counts, const std::vector<std::string>& tensor_names,
+                        const std::string& where) {
+  for (const BlockCount& count : counts) {
+    std::set<int64_t> blocks;
+    for (const std::string& name : tensor_names) {
+      if (name.rfind(count.prefix, 0) != 0) continue;
+      const size_t from = count.prefix.size(), dot = name.find('.', from);
+      const std::string index = name.substr(from, dot == std::string::npos ? std::string::npos : dot - from);
+      if (!index.empty() && index.size() < 10 && index.find_first_not_of("0123456789") == std::string::npos)
+        blocks.insert(std::stoll(index));
+    }
+    const auto held = static_cast<int64_t>(blocks.size());
+    const bool numbered = held == 0 || *blocks.rbegin() == held - 1;
+    if (count.value == held && numbered) continue;
+    const std::string found = held == 0 ? fmt::format("no {}N. tensors", count.prefix)
+                              : numbered ? fmt::format("{} ({}0 .. {}{})", held, count.prefix, count.prefix, held - 1)
+                                         : fmt::format("{} numbered {}{} .. {}{} with gaps", held, count.prefix,
+                                                       *blocks.begin(), count.prefix, *blocks.rbegin());
+    fail_input("{}: config {} = {}, but the file holds {}: the config does not describe these tensors", where,
+               count.config_key, count.value, found);
+  }
 }
 
 Tensor upload_bound(Backend* be, const Tensor& host) {

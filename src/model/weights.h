@@ -105,6 +105,19 @@ struct Linear {
 // are small, a few MB in all, so they need no exact-size allocation for offloading.)
 enum class LinearOut { Act, F32 };
 
+// A config value that counts numbered blocks of tensors (num_layers: "transformer_blocks.{i}."),
+// checked against the blocks a file holds before anything is allocated for them: a config that
+// says 10^9 layers would allocate gigabytes for them and die with a bare std::bad_alloc, and 0
+// text-encoder layers would ignore the file's.
+struct BlockCount {
+  std::string config_key;  // "num_layers"
+  int64_t value;
+  std::string prefix;  // "transformer_blocks.": the blocks are prefix + "{i}."
+};
+// Throws InputError naming `where`, the key, its value and the blocks the names hold.
+void check_block_counts(const std::vector<BlockCount>& counts, const std::vector<std::string>& tensor_names,
+                        const std::string& where);
+
 // Binds "<name>.weight" [out, in] and, if with_bias, "<name>.bias" [out]; uploads both.
 Linear bind_linear(WeightBinder& binder, Backend* be, const std::string& name, int64_t out, int64_t in,
                    bool with_bias, const std::string& why, LinearOut result = LinearOut::Act);

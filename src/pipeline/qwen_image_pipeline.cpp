@@ -23,17 +23,27 @@ QwenImagePipeline::QwenImagePipeline(Backend& backend, const WeightStore& weight
                kQwenImageTokenizerMaxLength);
   template_ = PromptTemplate::from_weights(weights);
   scheduler_ = model_scheduler_ = SchedulerConfig::from(weights.component("scheduler").config());
-  // Validate every config now: a wrong file fails before any weight is read.
-  const TransformerConfig transformer = TransformerConfig::from(weights.component("transformer").config());
-  const VaeConfig vae = VaeConfig::from(weights.component("vae").config());
-  TextEncoderConfig::from(weights.component("text_encoder").config());
-  if (transformer.out_channels != vae.z_dim)
-    fail_input("{}: transformer out_channels {} != vae z_dim {}", weights.path(), transformer.out_channels, vae.z_dim);
+  check_configs(weights);  // a wrong file fails before any weight is read
   tokenizer_ = std::make_unique<Tokenizer>(
       Tokenizer::from_files(reader_->files(weights.component("tokenizer")), weights.path() + ":/tokenizer"));
 }
 
 QwenImagePipeline::~QwenImagePipeline() = default;
+
+void QwenImagePipeline::check_configs(const WeightStore& weights) {
+  const Component dit = weights.component("transformer"), vae = weights.component("vae"),
+                  text = weights.component("text_encoder");
+  const TransformerConfig transformer = TransformerConfig::from(dit.config());
+  const VaeConfig vae_config = VaeConfig::from(vae.config());
+  const TextEncoderConfig text_config = TextEncoderConfig::from(text.config());
+  check_block_counts(transformer.block_counts(), dit.tensor_names(), dit.where());
+  check_block_counts(vae_config.block_counts(), vae.tensor_names(), vae.where());
+  check_block_counts(text_config.block_counts(QwenTextEncoder::tensor_prefix(text)), text.tensor_names(), text.where());
+  if (transformer.out_channels != vae_config.z_dim)
+    fail_input("{}: transformer out_channels {} != vae z_dim {}", weights.path(), transformer.out_channels,
+               vae_config.z_dim);
+  SchedulerConfig::from(weights.component("scheduler").config());
+}
 
 void QwenImagePipeline::load_text_encoder() {
   if (text_encoder_) return;

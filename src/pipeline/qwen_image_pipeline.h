@@ -49,6 +49,10 @@ class QwenImagePipeline {
                     int64_t max_sequence_length = kDefaultMaxSequenceLength,
                     std::shared_ptr<const WeightReader> reader = nullptr);
   ~QwenImagePipeline();
+  // Every config of the file, parsed and checked against the tensors it holds (block counts,
+  // the transformer's output against the VAE's input), reading no tensor: a wrong file fails
+  // here, before anything is allocated for it.
+  static void check_configs(const WeightStore& weights);
 
   PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr);
   // Loading is collective under MPI (one reader per node broadcasts): every rank calls these

@@ -312,6 +312,51 @@ TEST(HostileInputs, TokenizerFilesAndShardsMustBeRegularFiles) {
   EXPECT_FALSE(fs::exists(dir / "x.h5"));
 }
 
+// A config with num_layers 10^9 allocated gigabytes and died with a bare std::bad_alloc (now
+// refused by its range where the config is read); one in range that does not match the file
+// (1000 layers of 2), or 0 text-encoder layers, ignored or missed the file's layers. Block
+// counts are checked against the tensors the file holds, before anything is allocated, naming
+// the key, its value and the blocks held.
+TEST(HostileInputs, ConfigsThatDoNotDescribeTheTensorsAreRefused) {
+  TempDir dir;
+  struct Case {
+    std::string component, key, value, message;
+  };
+  const std::vector<Case> cases = {
+      {"transformer", "num_layers", "1000000000",
+       ":/transformer: config 'num_layers' = 1000000000 is out of range (expected 1..1024)"},
+      {"transformer", "num_layers", "1000",
+       ":/transformer: config num_layers = 1000, but the file holds 2 (transformer_blocks.0 .. transformer_blocks.1)"},
+      {"text_encoder", "num_hidden_layers", "0",
+       ":/text_encoder: config num_hidden_layers = 0, but the file holds 2 (model.layers.0 .. model.layers.1)"},
+      {"vae", "num_res_blocks", "1000", ":/vae: config num_res_blocks + 1 = 1001, but the file holds 3"},
+  };
+  for (const Case& c : cases) {
+    const std::string file = dir / (c.component + "-" + c.value + ".h5");
+    test::rewrite_weights(test::tiny_model(), file, {.config = [&](const std::string& component, std::string& config) {
+                            if (component != c.component) return;
+                            nlohmann::json j = nlohmann::json::parse(config);
+                            (j.contains("text_config") ? j["text_config"] : j)[c.key] = std::stoll(c.value);
+                            config = j.dump();
+                          }});
+    // Under `ulimit -v` a gigabyte allocation for the blocks would fail: none is tried.
+    auto r = test::run(fmt::format("ulimit -v 4000000 && {}", small_run(file, dir / "out", "--prompt x")));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, file + c.message)) << r.output;
+    EXPECT_FALSE(has(r.output, "bad_alloc")) << r.output;
+  }
+  // convert checks a diffusers folder's config the same way, before writing anything.
+  fs::copy(test::golden("tiny-pipeline"), dir / "pipe", fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(test::read_text(dir / "pipe/transformer/config.json"));
+  config["num_layers"] = 1000;
+  test::write_text(dir / "pipe/transformer/config.json", config.dump());
+  auto r = test::run(fmt::format("ulimit -v 4000000 && {} convert --from {} --to {}", test::exe(), dir / "pipe",
+                                 dir / "c.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, (dir / "pipe/transformer") + ": config num_layers = 1000, but the file holds ")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "c.h5"));
+}
+
 // ---- silent wrong results ---------------------------------------------------------------------
 
 // A full disk while writing a latents file left a 0-byte temporary that outlived the next
