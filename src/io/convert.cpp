@@ -14,6 +14,7 @@
 #include "io/weight_store.h"
 #include "model/qwen_image_constants.h"
 #include "model/text_encoder.h"
+#include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "model/vae.h"
 
@@ -153,14 +154,14 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   parse_json_file(scheduler_config_path);
   const fs::path tokenizer_dir = root / "tokenizer";
   if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the tokenizer/ folder", opt.from);
-  std::vector<std::string> tokenizer_files;
+  TokenizerFiles tokenizer_files;  // read once: what is checked is what is written
   for (const auto& e : fs::directory_iterator(tokenizer_dir))
-    if (e.is_regular_file()) tokenizer_files.push_back(e.path().filename().string());
-  std::sort(tokenizer_files.begin(), tokenizer_files.end());
-  bool has_vocab = file_exists((tokenizer_dir / "tokenizer.json").string()) ||
-                   (file_exists((tokenizer_dir / "vocab.json").string()) &&
-                    file_exists((tokenizer_dir / "merges.txt").string()));
+    if (e.is_regular_file()) tokenizer_files[e.path().filename().string()] = read_file(e.path().string());
+  bool has_vocab = tokenizer_files.count("tokenizer.json") ||
+                   (tokenizer_files.count("vocab.json") && tokenizer_files.count("merges.txt"));
   if (!has_vocab) fail_input("{}: needs vocab.json + merges.txt (or tokenizer.json)", tokenizer_dir.string());
+  // Loaded as generate will load it: an empty or cut merges.txt, an empty tokenizer.json fail now.
+  Tokenizer::from_files(tokenizer_files, tokenizer_dir.string());
 
   std::vector<std::string> inputs = {(root / "model_index.json").string(), scheduler_config_path};
   for (const auto& m : models) {
@@ -169,7 +170,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     for (const auto& e : fs::directory_iterator(root / m.name))  // a shard index, too
       inputs.push_back(e.path().string());
   }
-  for (const std::string& name : tokenizer_files) inputs.push_back((tokenizer_dir / name).string());
+  for (const auto& [name, bytes] : tokenizer_files) inputs.push_back((tokenizer_dir / name).string());
   check_output_file(opt.to, inputs);
 
   double total_bytes = 0;
@@ -244,7 +245,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     std::vector<float>().swap(as_f32);
   }
   writer.begin_component("tokenizer", "");
-  for (const auto& name : tokenizer_files) writer.add_file(name, read_file((tokenizer_dir / name).string()));
+  for (const auto& [name, bytes] : tokenizer_files) writer.add_file(name, bytes);
   writer.end_component();
   writer.begin_component("scheduler", read_file(scheduler_config_path));
   writer.end_component();

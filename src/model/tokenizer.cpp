@@ -352,6 +352,28 @@ void Tokenizer::Model::load_merges(const MergeList& list, const std::string& voc
     // A repeated pair takes the later rank, as Hugging Face tokenizers' map insert does.
     merges[pair_key(left, right)] = Merge{static_cast<int32_t>(rank), lookup(product, "product")};
   }
+  // Byte-level BPE makes every symbol past the 256 byte symbols by a merge. One that no merge
+  // makes is never produced: text is cut into smaller pieces than the model knows (an empty
+  // merges.txt tokenizes "hello world" byte by byte) and every image is silently wrong. A few
+  // such symbols are a vocabulary's own (GPT-2's vocab.json lists <|endoftext|>, made by no
+  // merge): more than 1% of the symbols past the bytes means the merges are missing or cut.
+  std::vector<bool> made(id_to_token.size(), false);
+  for (const int32_t id : byte_ids) made[static_cast<size_t>(id)] = true;
+  for (const auto& entry : merges) made[static_cast<size_t>(entry.second.product)] = true;
+  std::vector<std::string_view> unmade;
+  for (const auto& entry : vocab)
+    if (!made[static_cast<size_t>(entry.second)]) unmade.push_back(entry.first);
+  const size_t beyond_bytes = vocab.size() > byte_ids.size() ? vocab.size() - byte_ids.size() : 0;
+  if (unmade.size() > beyond_bytes / 100) {
+    const size_t count = unmade.size();
+    std::sort(unmade.begin(), unmade.end(),
+              [&](std::string_view a, std::string_view b) { return vocab.find(a)->second < vocab.find(b)->second; });
+    unmade.resize(std::min<size_t>(count, 3));
+    fail_input("{}: {} merges, but {} of the {} symbols of {} are neither byte symbols nor made by a merge (\"{}\"{}): "
+               "the merges are missing or cut short, and text would be cut into pieces the model does not know",
+               list.origin, list.rules.size(), count, vocab.size(), vocab_file, fmt::join(unmade, "\", \""),
+               count > unmade.size() ? ", ..." : "");
+  }
 }
 
 void Tokenizer::Model::load_added(const std::vector<AddedTokenRule>& rules, const std::string& vocab_file) {

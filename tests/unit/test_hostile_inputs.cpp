@@ -359,6 +359,40 @@ TEST(HostileInputs, ConfigsThatDoNotDescribeTheTensorsAreRefused) {
 
 // ---- silent wrong results ---------------------------------------------------------------------
 
+// An empty merges.txt tokenized "hello world" byte by byte (190 tokens instead of 7), exit 0,
+// in convert, generate and tokenize; an empty tokenizer.json passed convert.
+TEST(HostileInputs, TokenizerFilesThatWouldTokenizeWronglyAreRefused) {
+  TempDir dir;
+  fs::copy(test::golden("tiny-pipeline"), dir / "pipe", fs::copy_options::recursive);
+  const std::string merges = dir / "pipe/tokenizer/merges.txt";
+  const std::string full = test::read_text(merges);
+  const std::string half = full.substr(0, full.find('\n', full.size() / 2) + 1);  // cut after a line
+  for (const std::string& content : {std::string(), std::string("#version: 0.2\n"), half}) {
+    test::write_text(merges, content);
+    auto tokenize = test::run("echo '\"hello world\"' | " + test::exe() + " tokenize --tokenizer " + (dir / "pipe/tokenizer"));
+    EXPECT_EQ(tokenize.status, 2) << tokenize.output;
+    EXPECT_TRUE(has(tokenize.output, merges + ": ")) << tokenize.output;
+    EXPECT_TRUE(has(tokenize.output, "are neither byte symbols nor made by a merge")) << tokenize.output;
+    auto convert = test::run(fmt::format("{} convert --from {} --to {}", test::exe(), dir / "pipe", dir / "x.h5"));
+    EXPECT_EQ(convert.status, 2) << convert.output;
+    EXPECT_TRUE(has(convert.output, merges + ": ")) << convert.output;
+    EXPECT_FALSE(fs::exists(dir / "x.h5"));
+  }
+  test::write_text(merges, full);
+  test::write_text(dir / "pipe/tokenizer/tokenizer.json", "");
+  auto empty_json = test::run(fmt::format("{} convert --from {} --to {}", test::exe(), dir / "pipe", dir / "x.h5"));
+  EXPECT_EQ(empty_json.status, 2) << empty_json.output;
+  EXPECT_TRUE(has(empty_json.output, (dir / "pipe/tokenizer") + "/tokenizer.json: bad JSON")) << empty_json.output;
+  EXPECT_FALSE(fs::exists(dir / "x.h5"));
+  // A weight file whose tokenizer lost its merges (written so, digests and all): generate refuses it.
+  test::rewrite_weights(test::tiny_model(), dir / "nomerges.h5", {.file = [](const std::string& name, std::string& bytes) {
+                          if (name == "merges.txt") bytes.clear();
+                        }});
+  auto generate_run = test::run(small_run(dir / "nomerges.h5", dir / "out", "--prompt 'hello world'"));
+  EXPECT_EQ(generate_run.status, 2) << generate_run.output;
+  EXPECT_TRUE(has(generate_run.output, (dir / "nomerges.h5") + ":/tokenizer/merges.txt: 0 merges, but ")) << generate_run.output;
+}
+
 // A full disk while writing a latents file left a 0-byte temporary that outlived the next
 // successful run, logged "no PNG written" though the PNG was written, and dumped HDF5's
 // error stack. Now the image leaves no file, the log says what is true, HDF5 stays quiet.
