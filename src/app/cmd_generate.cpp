@@ -96,6 +96,11 @@ std::string validate_input(const GenerateOptions& o, const Log& log, std::string
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
     entries = read_prompt_file(o.prompts_file);
+    // A job script whose prompt file is empty (a broken path, a failed export) must not
+    // "succeed" with nothing made. An empty slice of a non-empty file is fine (more array
+    // tasks than prompts).
+    if (entries.empty())
+      fail_input("{}: no prompts (the file is empty, or holds only blank and # comment lines)", o.prompts_file);
   } else {
     for (size_t i = 0; i < o.prompts.size(); ++i) {
       PromptEntry e;
@@ -305,14 +310,6 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   const std::vector<ImageJob> jobs = jobs_from_json(world.broadcast(jobs_json, 0));
   const LoraSet loras = LoraSet::from_json(world.broadcast(loras_json, 0));
-  if (jobs.empty()) {
-    if (world.rank() == 0) {
-      log.warn("no prompts in {}: nothing to do", o.prompts_file);
-      merge_manifest(o.run.out_dir);
-      write_run_report_after_run(o.run.out_dir, log);
-    }
-    return 0;
-  }
   o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
 
   // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
@@ -353,9 +350,10 @@ int cmd_generate(const std::vector<std::string>& args) {
       merge_manifest(o.run.out_dir);
       write_run_report_after_run(o.run.out_dir, log);
       const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
-      log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); every image of this slice is "
-               "complete, weights not read",
-               hi - lo, wall.seconds(), world.size());
+      log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); {}, weights not read", hi - lo,
+               wall.seconds(), world.size(),
+               hi == lo ? fmt::format("slice {} of {} has no images ({} prompts)", slice.index, slice.count, jobs.size())
+                        : std::string("every image of this slice is complete"));
     }
     return 0;
   }

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
 
+#include <cmath>
+#include <cstdint>
 #include <set>
 
 #include "core/error.h"
@@ -43,9 +45,20 @@ std::vector<std::string> split_lines(const std::string& contents) {
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
+// A JSON number that is a whole number too large for a 64-bit integer (1e20, 2^64): out of
+// range, not "not an integer". (A negative seed stays "must be a non-negative integer".)
+bool whole_but_out_of_range(const nlohmann::json& v, bool is_unsigned) {
+  if (v.is_number_unsigned()) return !is_unsigned && v.get<uint64_t>() > INT64_MAX;
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && d == std::floor(d) && (is_unsigned ? d >= 0x1p64 : (d < -0x1p63 || d >= 0x1p63));
+}
+
 // One field of a jsonl object, type-checked; errors say file:line, the field, what was found.
+// Integers take the range they must lie in, for the message.
 template <typename T>
-std::optional<T> field(const nlohmann::json& obj, const char* key, const std::string& where) {
+std::optional<T> field(const nlohmann::json& obj, const char* key, const std::string& where,
+                       const std::string& range = "") {
   if (!obj.contains(key) || obj[key].is_null()) return std::nullopt;
   const auto& v = obj[key];
   if constexpr (std::is_same_v<T, std::string>) {
@@ -54,23 +67,39 @@ std::optional<T> field(const nlohmann::json& obj, const char* key, const std::st
   } else if constexpr (std::is_same_v<T, double>) {
     if (!v.is_number()) fail_input("{}: \"{}\" must be a number, found {}", where, key, v.dump());
     return v.get<double>();
-  } else if constexpr (std::is_same_v<T, uint64_t>) {
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned()))
-      fail_input("{}: \"{}\" must be a non-negative integer, found {}", where, key, v.dump());
-    return v.get<uint64_t>();
   } else {
-    if (!v.is_number_integer()) fail_input("{}: \"{}\" must be an integer, found {}", where, key, v.dump());
-    return v.get<int64_t>();
+    constexpr bool is_unsigned = std::is_same_v<T, uint64_t>;
+    if (whole_but_out_of_range(v, is_unsigned))
+      fail_input("{}: \"{}\" {} is out of range ({})", where, key, v.dump(), range);
+    if (!v.is_number_integer() || (is_unsigned && !v.is_number_unsigned()))
+      fail_input("{}: \"{}\" must be {}integer, found {}", where, key, is_unsigned ? "a non-negative " : "an ", v.dump());
+    return v.get<T>();
   }
 }
 
-PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) {
+// The object of one jsonl line; a key given twice is refused (a parser alone keeps the last,
+// and {"prompt": "a", "prompt": "b"} would silently make "b").
+nlohmann::json parse_object(const std::string& line, const std::string& where) {
+  std::set<std::string> keys;
+  std::string repeated;
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !keys.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   nlohmann::json obj;
   try {
-    obj = nlohmann::json::parse(line);
+    obj = nlohmann::json::parse(line, callback);
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: not valid JSON: {}", where, e.what());
   }
+  if (!repeated.empty()) fail_input("{}: \"{}\" is given twice; give each field once", where, repeated);
+  return obj;
+}
+
+PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) {
+  const nlohmann::json obj = parse_object(line, where);
   if (!obj.is_object()) fail_input("{}: each line must be a JSON object like {{\"prompt\": \"...\"}}", where);
   static const std::set<std::string> known = {"prompt", "negative_prompt", "seed", "width", "height",
                                               "steps",  "cfg",             "name"};
@@ -84,10 +113,11 @@ PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) 
   if (!prompt) fail_input("{}: missing \"prompt\"", where);
   e.prompt = *prompt;
   e.negative_prompt = field<std::string>(obj, "negative_prompt", where);
-  e.seed = field<uint64_t>(obj, "seed", where);
-  e.width = field<int64_t>(obj, "width", where);
-  e.height = field<int64_t>(obj, "height", where);
-  e.steps = field<int64_t>(obj, "steps", where);
+  const std::string side = fmt::format("{}..{} pixels", kMinImageSide, kMaxImageSide);
+  e.seed = field<uint64_t>(obj, "seed", where, "0..18446744073709551615");
+  e.width = field<int64_t>(obj, "width", where, side);
+  e.height = field<int64_t>(obj, "height", where, side);
+  e.steps = field<int64_t>(obj, "steps", where, fmt::format("{}..{}", kMinSteps, kMaxSteps));
   e.cfg = field<double>(obj, "cfg", where);
   e.name = field<std::string>(obj, "name", where);
   return e;

@@ -12,6 +12,11 @@
 
 namespace ditbatch {
 
+// The ranges a prompt's settings must lie in (pipeline/job.cpp checks them; a number too large
+// for an integer is refused here, with the same range).
+inline constexpr int64_t kMinImageSide = 16, kMaxImageSide = 8192;  // 4x the model card's largest
+inline constexpr int64_t kMinSteps = 2, kMaxSteps = 1000;
+
 struct PromptEntry {
   std::string prompt;
   std::optional<std::string> negative_prompt;

@@ -62,6 +62,7 @@ PromptTokens tokenize_prompt(Tokenizer& tokenizer, std::string_view prompt, std:
   if (drop_idx < 0) fail_input("prompt template drop index {}: must be >= 0", drop_idx);
   PromptTokens tokens;
   tokens.ids = tokenizer.encode(apply_prompt_template(prompt_template, prompt));
+  tokens.uncut_count = static_cast<int64_t>(tokens.ids.size());
   // The pipeline's tokenizer call: max_length = tokenizer_max_length + drop_idx, truncation from the right.
   const auto max_length = static_cast<size_t>(kQwenImageTokenizerMaxLength + drop_idx);
   if (tokens.ids.size() > max_length) tokens.ids.resize(max_length);

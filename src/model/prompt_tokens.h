@@ -39,6 +39,8 @@ struct PromptTokens {
   // that is drop_idx, then at most max_sequence_length rows.
   int64_t keep_first = 0;
   int64_t keep_count = 0;
+  // The templated prompt's ids before any cut (a 10 MB prompt has millions), for messages.
+  int64_t uncut_count = 0;
 };
 
 // max_sequence_length outside 1..1024 is an InputError, as in diffusers' check_inputs; so is a

@@ -1,6 +1,7 @@
 #include "pipeline/job.h"
 
 #include <nlohmann/json.hpp>
+#include <utf8proc.h>
 
 #include <cmath>
 #include <limits>
@@ -27,11 +28,9 @@ std::string slugify(const std::string& text) {
 
 namespace {
 
-constexpr int64_t kMaxSide = 8192;  // 4x the model card's largest size; beyond is a typo, not a wish
-
 int64_t resolve_side(int64_t value, const char* what, const std::string& origin, const Log& log) {
-  if (value < 16 || value > kMaxSide)
-    fail_input("{}: {} {} is out of range (16..{} pixels)", origin, what, value, kMaxSide);
+  if (value < kMinImageSide || value > kMaxImageSide)
+    fail_input("{}: {} {} is out of range ({}..{} pixels)", origin, what, value, kMinImageSide, kMaxImageSide);
   if (value % 16 != 0) {
     const int64_t floored = value / 16 * 16;
     log.warn("{}: {} {} is not a multiple of 16; using {} (as diffusers does)", origin, what, value, floored);
@@ -41,10 +40,10 @@ int64_t resolve_side(int64_t value, const char* what, const std::string& origin,
 }
 
 int64_t check_steps(int64_t steps, const std::string& origin) {
-  if (steps < 2 || steps > 1000)
-    fail_input("{}: steps {} is out of range (2..1000; one step makes diffusers' shift_terminal schedule divide 0 "
+  if (steps < kMinSteps || steps > kMaxSteps)
+    fail_input("{}: steps {} is out of range ({}..{}; one step makes diffusers' shift_terminal schedule divide 0 "
                "by 0)",
-               origin, steps);
+               origin, steps, kMinSteps, kMaxSteps);
   return steps;
 }
 
@@ -52,6 +51,37 @@ double check_cfg(double cfg, const std::string& origin) {
   if (!(cfg >= 1.0) || !std::isfinite(cfg) || cfg > 100.0)
     fail_input("{}: cfg {} is out of range (1..100; 1 turns true CFG off)", origin, cfg);
   return cfg;
+}
+
+// Why `text` may not be a prompt (prompt_like) or an image name, or "": invalid UTF-8, a
+// control character (a NUL cut the PNG's text chunks: the parameters chunk lost steps, seed
+// and model hash; the others are invisible or move the cursor), and in a name a bidirectional
+// formatting character too (U+202E shows "x\u202Egnp.exe" as "xexe.png"). Prompts may hold tab,
+// and newline where the format allows one (a jsonl string).
+std::string forbidden_text(const std::string& text, bool prompt_like) {
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
+  while (left > 0) {
+    utf8proc_int32_t c = 0;
+    const utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
+    const size_t at = text.size() - static_cast<size_t>(left);
+    if (n <= 0 || c < 0) return fmt::format("is not valid UTF-8 (at byte {})", at);
+    const bool control = c < 0x20 || (c >= 0x7F && c <= 0x9F);
+    const bool bidi = c == 0x061C || c == 0x200E || c == 0x200F || (c >= 0x202A && c <= 0x202E) ||
+                      (c >= 0x2066 && c <= 0x2069);
+    if ((control && !(prompt_like && (c == '\t' || c == '\n'))) || (bidi && !prompt_like))
+      return fmt::format("holds U+{:04X} ({}) at byte {}", c, control ? "a control character" : "a bidirectional "
+                                                                                               "formatting character",
+                         at);
+    p += n;
+    left -= n;
+  }
+  return "";
+}
+
+void check_prompt_text(const std::string& text, const char* field, const std::string& origin) {
+  if (const std::string why = forbidden_text(text, true); !why.empty())
+    fail_input("{}: \"{}\" {}; a prompt may hold tab and newline, no other control character", origin, field, why);
 }
 
 bool valid_file_name(const std::string& name) {
@@ -71,6 +101,7 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
   const int64_t height = resolve_side(d.height, "height", "--height", log);
   const int64_t steps = check_steps(d.steps, "--steps");
   const double cfg = check_cfg(d.cfg, "--cfg");
+  check_prompt_text(d.negative_prompt, "negative_prompt", "--negative-prompt");
   std::vector<ImageJob> jobs;
   std::map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -78,6 +109,8 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     ImageJob j;
     j.index = static_cast<int64_t>(i);
     j.origin = e.origin;
+    check_prompt_text(e.prompt, "prompt", e.origin);
+    if (e.negative_prompt) check_prompt_text(*e.negative_prompt, "negative_prompt", e.origin);
     j.prompt = e.prompt;
     j.negative_prompt = e.negative_prompt.value_or(d.negative_prompt);
     if (!e.seed && d.seed > std::numeric_limits<uint64_t>::max() - i)
@@ -91,6 +124,9 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
     if (e.name) {
       std::string name = *e.name;
+      if (const std::string why = forbidden_text(name, false); !why.empty())
+        fail_input("{}: \"name\" {}; a file name may hold no control or bidirectional formatting character", e.origin,
+                   why);
       if (name.ends_with(".png")) name.resize(name.size() - 4);
       if (!valid_file_name(name))
         fail_input("{}: \"name\" \"{}\" is not a plain file name (no '/', no leading '.', at most 200 bytes)",

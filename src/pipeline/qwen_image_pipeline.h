@@ -27,6 +27,7 @@ struct PromptEmbedding {
   Tensor embeds;          // [L, joint_attention_dim] on the backend: the kept encoder rows
   int64_t tokens = 0;     // L
   int64_t available = 0;  // the prompt's encoder rows before the max_sequence_length cut (>= L)
+  int64_t uncut = 0;      // its rows had the tokenizer not cut it at 1024 either (>= available)
 };
 
 struct StageTimes {

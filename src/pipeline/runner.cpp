@@ -229,7 +229,8 @@ class EmbeddingCache {
     for (const auto& t : texts)
       if (!host_.count(t)) {
         PromptEmbedding e = pipeline_.encode_prompt(t, &ignored);
-        host_[t] = {pipeline_.backend().to_host_f32(e.embeds), e.available};
+        e.embeds = pipeline_.backend().to_host_f32(e.embeds);
+        host_[t] = std::move(e);
       }
     log.info("encoded {} prompts in {:.1f} s; releasing the text encoder", host_.size(), watch.seconds());
     pipeline_.release_text_encoder();
@@ -239,9 +240,8 @@ class EmbeddingCache {
     if (auto it = reused_.find(text); it != reused_.end()) return it->second;
     PromptEmbedding e;
     if (auto it = host_.find(text); it != host_.end()) {
-      e.embeds = pipeline_.backend().upload(it->second.first, DType::F32);
-      e.tokens = it->second.first.dim(0);
-      e.available = it->second.second;
+      e = it->second;
+      e.embeds = pipeline_.backend().upload(it->second.embeds, DType::F32);
     } else {
       e = pipeline_.encode_prompt(text, &times);
     }
@@ -251,7 +251,7 @@ class EmbeddingCache {
 
  private:
   QwenImagePipeline& pipeline_;
-  std::map<std::string, std::pair<Tensor, int64_t>> host_;  // embeds on the host, rows before the cut
+  std::map<std::string, PromptEmbedding> host_;  // embeds on the host
   std::map<std::string, PromptEmbedding> reused_;
 };
 
@@ -334,9 +334,10 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       record["max_sequence_length"] = provenance.max_sequence_length;
       record["prompt_tokens"] = prompt.available;
       if (negative) record["negative_prompt_tokens"] = negative->available;
-      if (prompt.available > prompt.tokens)
-        log.warn("image {} ({}): the prompt has {} tokens; the first {} are used (--max-sequence-length)", job.index,
-                 job.origin, prompt.available, prompt.tokens);
+      if (prompt.uncut > prompt.tokens)
+        log.warn("image {} ({}): the prompt has {} tokens; the first {} are used (--max-sequence-length{})", job.index,
+                 job.origin, prompt.uncut, prompt.tokens,
+                 prompt.uncut > prompt.available ? fmt::format("; the tokenizer keeps at most {}", prompt.available) : "");
       log.debug("image {} ({}): denoising, {} steps", job.index, job.file_stem, job.steps);
       image = pipeline.generate(job, prompt, negative ? &*negative : nullptr,
                                 [&](int done, int total) {

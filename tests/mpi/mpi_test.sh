@@ -57,10 +57,23 @@ case $case_name in
       { cat "$work/log"; fail "rank 0 did not condition at load"; }
     ;;
   empty)
+    # An empty prompt file is an error (a job script with a broken path must not "succeed"),
+    # reported once, before --out is made; every rank exits non-zero.
     : > "$work/empty.txt"
-    gen 2 "$work/out" --prompts "$work/empty.txt" > "$work/log" 2>&1 || { cat "$work/log"; fail "exit status"; }
-    grep -q "nothing to do" "$work/log" || fail "no 'nothing to do' message"
-    [ -f "$work/out/manifest.jsonl" ] && [ ! -s "$work/out/manifest.jsonl" ] || fail "expected an empty manifest"
+    set +e
+    gen 2 "$work/out" --prompts "$work/empty.txt" > "$work/log" 2>&1
+    status=$?
+    set -e
+    [ "$status" -ne 0 ] || { cat "$work/log"; fail "an empty prompt file exited 0"; }
+    [ "$(grep -c 'empty.txt: no prompts' "$work/log")" = 1 ] || { cat "$work/log"; fail "error not reported exactly once"; }
+    [ ! -e "$work/out" ] || fail "--out was made for an empty prompt file"
+    # An empty array slice of a non-empty file (more tasks than prompts) has nothing to do: exit 0.
+    echo "the only prompt" > "$work/one.txt"
+    gen 2 "$work/slice" --prompts "$work/one.txt" --array-index 1 --array-count 2 > "$work/log" 2>&1 ||
+      { cat "$work/log"; fail "an empty slice failed"; }
+    grep -q "0 done, 0 skipped, 0 failed .*slice 1 of 2 has no images (1 prompts)" "$work/log" ||
+      { cat "$work/log"; fail "no 'slice 1 of 2 has no images' summary"; }
+    [ ! -e "$work/slice/000000-the-only-prompt.png" ] || fail "the empty slice made another slice's image"
     # A bad prompt file: reported once (by rank 0), every rank exits non-zero.
     printf '{"prompt": "ok"}\n{"prompt": "x", "colour": "red"}\n' > "$work/bad.jsonl"
     set +e

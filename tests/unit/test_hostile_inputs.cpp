@@ -393,6 +393,44 @@ TEST(HostileInputs, TokenizerFilesThatWouldTokenizeWronglyAreRefused) {
   EXPECT_TRUE(has(generate_run.output, (dir / "nomerges.h5") + ":/tokenizer/merges.txt: 0 merges, but ")) << generate_run.output;
 }
 
+// A NUL in a prompt cut the PNG's text chunks (the parameters chunk lost steps, seed and model
+// hash); a U+202E in a name shows "x<U+202E>gnp.exe" as "xexe.png". Control characters are
+// refused in prompts (tab and a jsonl newline are text) and names, with file:line and the code point.
+TEST(HostileInputs, ControlCharactersInPromptsAndNamesAreRefused) {
+  const GenerationDefaults defaults;
+  const Log log(0, 1, "error");
+  auto error = [&](const std::string& text, const std::string& file) {
+    return test::input_error_of([&] { resolve_jobs(entries_of(text, file), defaults, log); });
+  };
+  EXPECT_EQ(error(std::string("ok\na\0b\n", 7), "p.txt"),
+            "p.txt:2: \"prompt\" holds U+0000 (a control character) at byte 1; a prompt may hold tab and newline, no "
+            "other control character");
+  EXPECT_TRUE(has(error("{\"prompt\": \"bell \\u0007\"}\n", "p.jsonl"), "p.jsonl:1: \"prompt\" holds U+0007 (a control"));
+  EXPECT_TRUE(has(error("{\"prompt\": \"x\", \"negative_prompt\": \"\\u001b[2J\"}\n", "p.jsonl"),
+                  "p.jsonl:1: \"negative_prompt\" holds U+001B"));
+  EXPECT_TRUE(has(error("{\"prompt\": \"x\\u0085\"}\n", "p.jsonl"), "holds U+0085 (a control character) at byte 1"));
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"name\": \"cat\\u202egnp.exe\"}\n", "p.jsonl"),
+            "p.jsonl:1: \"name\" holds U+202E (a bidirectional formatting character) at byte 3; a file name may hold "
+            "no control or bidirectional formatting character");
+  EXPECT_TRUE(has(error("{\"prompt\": \"x\", \"name\": \"a\\u2066b\"}\n", "p.jsonl"), "\"name\" holds U+2066"));
+  EXPECT_TRUE(has(error("{\"prompt\": \"x\", \"name\": \"tab\\tname\"}\n", "p.jsonl"), "\"name\" holds U+0009"));
+  // Tab, a jsonl newline and right-to-left text are prompts as written.
+  EXPECT_EQ(resolve_jobs(entries_of("a\tb\n", "tab.txt"), defaults, log).at(0).prompt, "a\tb");
+  EXPECT_EQ(resolve_jobs(entries_of("{\"prompt\": \"one\\ntwo \\u202e\\u05e9\\u05dc\\u05d5\\u05dd\"}\n", "p.jsonl"), defaults, log)
+                .at(0)
+                .prompt,
+            "one\ntwo \u202e\u05e9\u05dc\u05d5\u05dd");
+  GenerationDefaults bad_negative;
+  bad_negative.negative_prompt = "x\x01";
+  EXPECT_TRUE(has(test::input_error_of([&] { resolve_jobs(entries_of("a\n", "p.txt"), bad_negative, log); }),
+                  "--negative-prompt: \"negative_prompt\" holds U+0001"));
+  // The command line's prompts too.
+  TempDir dir;
+  auto r = test::run(small_run(test::tiny_model(), dir / "out", "--prompt \"$(printf 'a\\001b')\""));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--prompt #1: \"prompt\" holds U+0001")) << r.output;
+}
+
 // A full disk while writing a latents file left a 0-byte temporary that outlived the next
 // successful run, logged "no PNG written" though the PNG was written, and dumped HDF5's
 // error stack. Now the image leaves no file, the log says what is true, HDF5 stays quiet.
@@ -430,6 +468,60 @@ TEST(HostileInputs, AFullDiskWhileWritingLatentsLeavesNothing) {
 }
 
 // ---- clearer or earlier -----------------------------------------------------------------------
+
+// An empty or comment-only prompt file exited 0 with an empty manifest: a job script with a
+// broken path "succeeded". An empty array slice of a non-empty file is still fine.
+TEST(HostileInputs, APromptFileWithoutPromptsIsAnError) {
+  TempDir dir;
+  test::write_text(dir / "empty.txt", "");
+  test::write_text(dir / "comments.txt", "# only a comment\n\n   \n#another\n");
+  test::write_text(dir / "blank.jsonl", "\n\n");
+  for (const std::string& file : {dir / "empty.txt", dir / "comments.txt", dir / "blank.jsonl"}) {
+    auto r = test::run(small_run(test::tiny_model(), dir / "out", "--prompts " + file));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, file + ": no prompts (the file is empty, or holds only blank and # comment lines)"))
+        << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  test::write_text(dir / "one.txt", "a lighthouse\n");
+  auto slice = test::run(small_run(test::tiny_model(), dir / "out", "--prompts " + (dir / "one.txt") +
+                                                                        " --array-index 1 --array-count 2"));
+  EXPECT_EQ(slice.status, 0) << slice.output;
+  EXPECT_TRUE(has(slice.output, "0 done, 0 skipped, 0 failed")) << slice.output;
+}
+
+// A 10 MB prompt warned that "the prompt has 1024 tokens" (the tokenizer's cap): the warning
+// says the prompt's own count. " cat" is one token, so 3000 cats are 3000 tokens, plus the 5
+// the template adds after the dropped ones.
+TEST(HostileInputs, ALongPromptIsWarnedAboutWithItsRealLength) {
+  TempDir dir;
+  std::string prompt = "cat";
+  for (int i = 1; i < 3000; ++i) prompt += " cat";
+  test::write_text(dir / "long.txt", prompt + "\n");
+  auto r = test::run(small_run(test::tiny_model(), dir / "out", "--prompts " + (dir / "long.txt")));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "the prompt has 3005 tokens; the first 512 are used (--max-sequence-length; the tokenizer "
+                            "keeps at most 1024)"))
+      << r.output;
+}
+
+// jsonl integers too large for an integer were "not an integer"; a key given twice took the last.
+TEST(HostileInputs, JsonlNumbersOutOfRangeAndRepeatedKeys) {
+  auto error = [](const std::string& line) { return test::input_error_of([&] { entries_of(line + "\n", "p.jsonl"); }); };
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"width\": 1e20}"), "p.jsonl:1: \"width\" 1e+20 is out of range (16..8192 pixels)");
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"height\": 9223372036854775808}"),
+            "p.jsonl:1: \"height\" 9223372036854775808 is out of range (16..8192 pixels)");
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"seed\": 18446744073709551616}"),
+            "p.jsonl:1: \"seed\" 1.8446744073709552e+19 is out of range (0..18446744073709551615)");
+
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"steps\": -1e30}"), "p.jsonl:1: \"steps\" -1e+30 is out of range (2..1000)");
+  EXPECT_EQ(error("{\"prompt\": \"x\", \"steps\": 2.5}"), "p.jsonl:1: \"steps\" must be an integer, found 2.5");
+  EXPECT_EQ(error("{\"prompt\": \"a\", \"prompt\": \"b\"}"), "p.jsonl:1: \"prompt\" is given twice; give each field once");
+  EXPECT_EQ(error("{\"seed\": 1, \"prompt\": \"a\", \"seed\": 2}"), "p.jsonl:1: \"seed\" is given twice; give each field once");
+  // The largest seed is a seed.
+  EXPECT_EQ(entries_of("{\"prompt\": \"x\", \"seed\": 18446744073709551615}\n", "p.jsonl").at(0).seed,
+            std::optional<uint64_t>(18446744073709551615ull));
+}
 
 // After kill -9 of a writer its temporary stayed until it was ten minutes old, though the
 // README says the next run removes it. One whose writer is provably gone (this host and pid
