@@ -94,8 +94,12 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
     if (v.is_number_float()) return fmt::format("{}", v.get<float>());  // cfg: 4.1, not 4.099999904632568
     if (!v.is_string()) return v.dump();
     std::string s = v.get<std::string>();
-    if (s.size() > 40) s = s.substr(0, 37) + "...";
-    return nlohmann::json(s).dump();
+    if (s.size() > 40) {  // cut where a UTF-8 character starts: dump() throws on a cut one
+      size_t cut = 37;
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+      s = s.substr(0, cut) + "...";
+    }
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
   for (const char* key : {"prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg"}) {
     const auto it = record.find(key);

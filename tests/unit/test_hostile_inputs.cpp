@@ -579,3 +579,17 @@ TEST(HostileInputs, TemporariesOfWritersProvablyGoneAreRemovedAtOnce) {
   EXPECT_TRUE(has(r.output, "(left by a killed writer)")) << r.output;
   for (const std::string& name : names_in(dir.path())) EXPECT_FALSE(has(name, ".tmp.")) << name;
 }
+
+// A rerun with other settings lists the images they would replace, each prompt cut to about 40
+// bytes: a cut inside a UTF-8 character made nlohmann's dump() throw, and the run ended with
+// "[json.exception.type_error.316]" instead of naming the images.
+TEST(HostileInputs, ChangedPromptsAreShownCutBetweenCharacters) {
+  TempDir dir;
+  const std::string stem(36, 'a');
+  ASSERT_EQ(test::run(small_run(test::tiny_model(), dir / "out", "--prompt '" + stem + "\u00e9\u00e9 one'")).status, 0);
+  auto r = test::run(small_run(test::tiny_model(), dir / "out", "--prompt '" + stem + "\u00e9\u00e9 two'"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "1 image(s) there were made with other settings than this run asks for")) << r.output;
+  EXPECT_TRUE(has(r.output, "prompt \"" + stem + "...\", now \"" + stem + "...\"")) << r.output;
+  EXPECT_FALSE(has(r.output, "type_error")) << r.output;
+}
