@@ -15,6 +15,7 @@
 #include "app/options.h"
 #include "app/selftest.h"
 #include "core/error.h"
+#include "cpu/cpu_backend.h"
 #include "core/fs.h"
 #include "dist/node_weights.h"
 #include "dist/shard.h"
@@ -26,6 +27,7 @@
 #include "io/safetensors.h"
 #include "model/qwen_image_constants.h"
 #include "pipeline/denoiser_setup.h"
+#include "pipeline/host_plan.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/run_report.h"
@@ -89,9 +91,30 @@ DenoiserSetup denoiser_setup(const GenerateOptions& o, const WeightStore& weight
   return DenoiserSetup::of(loras, chosen_scheduler(o, weights), SchedulerConfig::from(weights.component("scheduler").config()));
 }
 
+// The CPU backend: refuse what cannot fit in memory, and announce what will take hours (an
+// 8192x8192 image: days), with the numbers, before any weight is read.
+void check_cpu_run(const WeightStore& weights, const std::vector<ImageJob>& jobs, const GenerateOptions& o,
+                   const World& world, const Log& log) {
+  const HostRunPlan plan = plan_host_run(weights, jobs, std::min<int64_t>(o.max_sequence_length, 64));
+  check_host_memory(plan, o.run.offload_text_encoder, host_memory(), world.local_size());
+  if (!plan.costliest) return;
+  CpuBackend backend;
+  const double rate = measure_flops_per_second(backend);
+  const double seconds = plan.image_flops / rate;
+  constexpr double kLongImageSeconds = 1800;
+  if (seconds < kLongImageSeconds) return;
+  const ImageJob& job = *plan.costliest;
+  log.warn("image {} ({}), {}x{} with {} steps{}, takes at least {} on the CPU backend ({:.2g} FLOP at the {:.0f} "
+           "GFLOP/s this machine's matrix product reaches now); a smaller size or a GPU is faster. A second "
+           "signal ends the run at once",
+           job.index, job.origin, job.width, job.height, job.steps, job.true_cfg ? " and CFG" : "",
+           seconds >= 2 * 3600 ? fmt::format("{:.1f} hours", seconds / 3600) : fmt::format("{:.0f} minutes", seconds / 60),
+           plan.image_flops, rate / 1e9);
+}
+
 // Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON
 // (and the LoRA set, every file read and checked against the transformer, as JSON).
-std::string validate_input(const GenerateOptions& o, const Log& log, std::string& loras_json) {
+std::string validate_input(const GenerateOptions& o, const World& world, const Log& log, std::string& loras_json) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
@@ -111,7 +134,6 @@ std::string validate_input(const GenerateOptions& o, const Log& log, std::string
   }
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log);
   ArraySlice::resolve(o.array_index, o.array_count);
-  check_output_dir(o.run.out_dir);
   const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
   QwenImagePipeline::check_configs(weights);
   std::vector<LoraRequest> requests;
@@ -121,6 +143,8 @@ std::string validate_input(const GenerateOptions& o, const Log& log, std::string
     log.info("LoRA {} ({}, strength {}): {} modules, sha256 {}", f.path, f.formats, f.strength, f.modules,
              f.sha256.substr(0, 12));
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
+  if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(weights, jobs, o, world, log);
+  check_output_dir(o.run.out_dir);
   if (!o.run.overwrite)
     check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
   loras_json = loras.to_json();
@@ -297,7 +321,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::string jobs_json, loras_json, error;
   if (world.rank() == 0) {
     try {
-      jobs_json = validate_input(o, log, loras_json);
+      jobs_json = validate_input(o, world, log, loras_json);
     } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
       error = e.what();
       if (error.empty()) error = "checking the input failed";

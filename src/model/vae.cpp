@@ -127,6 +127,27 @@ void VaeDecoder::bind(WeightBinder& b, Backend* be, const VaeConfig& c, Weights&
   w.conv_out = conv("decoder.conv_out", 3, dims.back(), 3, true);
 }
 
+double VaeDecoder::decode_flops(const VaeConfig& c, int64_t height, int64_t width) {
+  // The layers of bind() and decode_nhwc(), at the resolution each runs at.
+  const auto dims = c.decoder_dims();
+  double pixels = static_cast<double>(height / 8) * static_cast<double>(width / 8);
+  auto conv = [&](double in, double out, double k) { return 2.0 * in * out * k * k * pixels; };
+  auto res = [&](double in, double out) { return conv(in, out, 3) + conv(out, out, 3) + (in != out ? conv(in, out, 1) : 0.0); };
+  const auto d0 = static_cast<double>(dims[0]), z = static_cast<double>(c.z_dim);
+  double flops = conv(z, z, 1) + conv(z, d0, 3) + 2.0 * res(d0, d0);
+  flops += 4.0 * conv(d0, d0, 1) + 2.0 * 2.0 * pixels * pixels * d0;  // q, k, v, proj; QK^T and PV
+  for (size_t i = 0; i < c.dim_mult.size(); ++i) {
+    double current = static_cast<double>(i == 0 ? dims[i] : dims[i] / 2);
+    const auto out = static_cast<double>(dims[i + 1]);
+    for (int64_t r = 0; r <= c.num_res_blocks; ++r, current = out) flops += res(current, out);
+    if (i + 1 != c.dim_mult.size()) {
+      pixels *= 4.0;
+      flops += conv(out, out / 2, 3);
+    }
+  }
+  return flops + conv(static_cast<double>(dims.back()), 3, 3);
+}
+
 VaeDecoder::VaeDecoder(Backend& backend, const Component& component)
     : VaeDecoder(backend, VaeConfig::from(component.config()), ComponentLoader(component)) {}
 

@@ -37,6 +37,9 @@ class VaeDecoder {
   VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder& binder);
   VaeDecoder(Backend& backend, const VaeConfig& config, WeightBinder&& binder) : VaeDecoder(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const VaeConfig& config);
+  // Multiply-adds x 2 of one decode of a height x width image: every convolution and the mid
+  // block's attention over all latent pixels (which grows with the square of the image area).
+  static double decode_flops(const VaeConfig& config, int64_t height, int64_t width);
   const VaeConfig& config() const { return config_; }
 
   // packed: the sampler's latents of one image as it leaves them, [h * w, 4 * z_dim] (f32, backend)

@@ -312,6 +312,33 @@ TEST(HostileInputs, TokenizerFilesAndShardsMustBeRegularFiles) {
   EXPECT_FALSE(fs::exists(dir / "x.h5"));
 }
 
+// --width 8192 --height 8192 on the CPU was accepted and spent > 10 minutes in one step: what
+// cannot fit in memory is refused with the estimate (here under `ulimit -v`, so that the
+// refusal does not depend on the machine), and what will take hours is announced first.
+TEST(HostileInputs, ImageSizesTheCpuCannotHoldOrTakeHoursAreSaidBeforeAnyWork) {
+  TempDir dir;
+  auto r = test::run(fmt::format("ulimit -v 16000000 && {}",
+                                 small_run(test::tiny_model(), dir / "out", "--prompt x --width 8192 --height 8192")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "image 0 (--prompt #1) is 8192x8192: on the CPU backend this run needs about ")) << r.output;
+  EXPECT_TRUE(has(r.output, "GiB is available (ulimit -v)") || has(r.output, "GiB is available (MemAvailable"))
+      << r.output;
+  EXPECT_FALSE(has(r.output, "loaded")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out")) << "refused before --out is made";
+
+  // 1000 steps at 2048x2048 on one thread: hours. Said before the weights load; then stopped.
+  Child run(small_run(test::tiny_model(), dir / "long", "--prompt x --width 2048 --height 2048 --steps 1000 --threads 1"),
+            dir / "log.txt");
+  const bool warned = run.wait_until([&] { return test::log_has(dir / "log.txt", "takes at least"); });
+  run.signal(SIGKILL);
+  run.wait();
+  const std::string log = test::read_text(dir / "log.txt");
+  ASSERT_TRUE(warned) << log;
+  EXPECT_TRUE(has(log, "image 0 (--prompt #1), 2048x2048 with 1000 steps and CFG, takes at least ")) << log;
+  EXPECT_TRUE(has(log, " on the CPU backend (")) << log;
+  EXPECT_FALSE(has(log, "text encoder loaded")) << "announced before loading: " << log;
+}
+
 // A config with num_layers 10^9 allocated gigabytes and died with a bare std::bad_alloc (now
 // refused by its range where the config is read); one in range that does not match the file
 // (1000 layers of 2), or 0 text-encoder layers, ignored or missed the file's layers. Block
