@@ -297,6 +297,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   const auto [seed_end, seed_error] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), o.defaults.seed);
   if (seed_error != std::errc() || seed_end != seed_text.data() + seed_text.size())
     fail_input("--seed {}: expected an integer from 0 to 18446744073709551615", seed_text);
+  set_abandon_on_first_signal(o.run.on_signal == OnSignal::Abandon);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
   if (o.max_sequence_length < 1 || o.max_sequence_length > kQwenImageTokenizerMaxLength)
     fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", o.max_sequence_length,

@@ -309,6 +309,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   bool announced_stop = false;
   while (true) {
     if (stop_requested()) {
+      stop_deadline_met();  // between images: nothing to abandon
       summary.stopped_by_signal = true;
       log.warn("signal {} received: taking no new images", stop_signal_number());
       break;
@@ -357,6 +358,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
                                 },
                                 times);
     } catch (const Abandoned&) {
+      stop_deadline_met();
       summary.stopped_by_signal = true;
       log.warn("signal {} received: abandoning image {} ({})", stop_signal_number(), job.index, job.file_stem);
       break;

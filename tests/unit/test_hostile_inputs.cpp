@@ -339,6 +339,39 @@ TEST(HostileInputs, ImageSizesTheCpuCannotHoldOrTakeHoursAreSaidBeforeAnyWork) {
   EXPECT_FALSE(has(log, "text encoder loaded")) << "announced before loading: " << log;
 }
 
+// A second signal ended a run only at the end of the step, and one step can take minutes: now
+// the run is given a few seconds to reach it, then ends from the handler (exit 75), leaving no
+// temporary file and a manifest that the next run reads. With --on-signal abandon the first
+// signal does so. One step here (2560x2560 on one thread) takes tens of seconds.
+TEST(HostileInputs, ASecondSignalEndsTheRunInsideALongStep) {
+  for (const bool abandon : {false, true}) {
+    TempDir dir;
+    const std::string log = dir / "log.txt";
+    Child run(small_run(test::tiny_model(), dir / "out",
+                        std::string("--prompt x --width 2560 --height 2560 --threads 1") +
+                            (abandon ? " --on-signal abandon" : "")),
+              log);
+    ASSERT_TRUE(run.wait_until([&] { return test::log_has(log, "and VAE loaded") || test::log_has(log, "error"); }))
+        << test::read_text(log);
+    if (test::log_has(log, "on the CPU backend this run needs about"))
+      GTEST_SKIP() << "not enough memory here: " << test::read_text(log);
+    run.signal(SIGTERM);
+    if (!abandon) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a second request is a second or more later
+      run.signal(SIGTERM);
+    }
+    const int status = run.wait();
+    const std::string text = test::read_text(log);
+    ASSERT_TRUE(WIFEXITED(status)) << text;
+    EXPECT_EQ(WEXITSTATUS(status), 75) << text;
+    EXPECT_TRUE(has(text, "stopped at once by a signal: the image in progress is lost")) << text;
+    EXPECT_FALSE(has(text, "image 0 done")) << text;
+    EXPECT_FALSE(has(text, "steps left), then stopping")) << "ended inside the first step: " << text;
+    for (const std::string& name : names_in(dir / "out")) EXPECT_FALSE(has(name, ".tmp.")) << name;
+    EXPECT_TRUE(read_manifest(dir / "out").empty());
+  }
+}
+
 // A config with num_layers 10^9 allocated gigabytes and died with a bare std::bad_alloc (now
 // refused by its range where the config is read); one in range that does not match the file
 // (1000 layers of 2), or 0 text-encoder layers, ignored or missed the file's layers. Block
