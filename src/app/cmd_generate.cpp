@@ -1,4 +1,5 @@
 #include <omp.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,6 +168,26 @@ int threads_per_rank(const GenerateOptions& o, const World& world) {
   return std::max(1, cores / world.local_size());
 }
 
+// More OpenMP threads than cores makes every barrier wait for a time slice (30x slower with
+// --threads 10000 on 2 cores): say so. A rank bound to its own cores (Slurm's binding) may use
+// those; unbound ranks share the node's.
+void warn_about_threads(int threads, const World& world, const Log& log) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const int node = static_cast<int>(std::thread::hardware_concurrency());
+  if (bound <= 0 || node <= 0) return;
+  const int cores = bound < node ? bound : std::max(1, node / world.local_size());
+  if (threads > cores)
+    log.warn("{} CPU threads per rank (--threads or OMP_NUM_THREADS), but this rank has {} core(s){}: each thread "
+             "then waits for a time slice at every step, which is many times slower; use at most {}",
+             threads, cores,
+             bound < node ? " (its CPU binding)"
+                          : (world.local_size() > 1 ? fmt::format(" ({} cores shared by {} ranks)", node, world.local_size())
+                                                    : std::string()),
+             cores);
+}
+
 // The GPU of this rank: --device, else local rank modulo the visible GPUs (with one GPU per
 // task, as --gpus-per-task=1 gives, that is device 0). Ranks of a node that end up on one GPU
 // (found by its UUID, whatever index each rank sees) must be allowed by --ranks-per-gpu.
@@ -316,6 +337,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   Log log(world.rank(), world.size(), o.log_level, log_file, !log_file.empty() && world.rank() != 0);
   Stopwatch wall;
+  const int threads = threads_per_rank(o, world);
+  omp_set_num_threads(threads);
+  warn_about_threads(threads, world, log);
 
   // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
   for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
@@ -397,7 +421,6 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (world.rank() == 0)
       log.info("shard {}{}", shard_mode_name(shard),
                slice.count > 1 ? fmt::format(", array slice {} of {}", slice.index, slice.count) : "");
-    omp_set_num_threads(threads_per_rank(o, world));
     const DeviceChoice gpu = choose_device(o, world, log);
     std::unique_ptr<Backend> backend = make_backend(o.backend_kind, gpu.device, log);
     if (backend->device() != Device::Host && !o.no_selftest) {  // a GPU is trusted once it agrees with the CPU

@@ -583,6 +583,23 @@ TEST(HostileInputs, JsonlNumbersOutOfRangeAndRepeatedKeys) {
             std::optional<uint64_t>(18446744073709551615ull));
 }
 
+// --threads far above the cores ran 30x slower without a word: it is warned about.
+TEST(HostileInputs, MoreThreadsThanCoresAreWarnedAbout) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cores = CPU_COUNT(&set);
+  TempDir dir;
+  auto r = test::run(small_run(test::tiny_model(), dir / "out", fmt::format("--prompt x --threads {}", cores + 1)));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, fmt::format("{} CPU threads per rank (--threads or OMP_NUM_THREADS), but this rank has {} "
+                                        "core(s)",
+                                        cores + 1, cores)))
+      << r.output;
+  auto fine = test::run(small_run(test::tiny_model(), dir / "out2", fmt::format("--prompt x --threads {}", cores)));
+  EXPECT_FALSE(has(fine.output, "CPU threads per rank")) << fine.output;
+}
+
 // After kill -9 of a writer its temporary stayed until it was ten minutes old, though the
 // README says the next run removes it. One whose writer is provably gone (this host and pid
 // namespace, its pid running no process or one that started at another time) goes at once.
