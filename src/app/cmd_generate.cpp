@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -315,9 +314,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   o.run.on_signal = o.on_signal == "abandon" ? OnSignal::Abandon : OnSignal::Finish;
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
-  const auto [seed_end, seed_error] = std::from_chars(seed_text.data(), seed_text.data() + seed_text.size(), o.defaults.seed);
-  if (seed_error != std::errc() || seed_end != seed_text.data() + seed_text.size())
-    fail_input("--seed {}: expected an integer from 0 to 18446744073709551615", seed_text);
+  o.defaults.seed = parse_seed(seed_text, "--seed");
   set_abandon_on_first_signal(o.run.on_signal == OnSignal::Abandon);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
   if (o.max_sequence_length < 1 || o.max_sequence_length > kQwenImageTokenizerMaxLength)

@@ -6,10 +6,11 @@ namespace ditbatch {
 
 int cmd_make_tiny(const std::vector<std::string>& args) {
   TinyPipelineOptions opt;
+  std::string seed_text;  // parsed here: Boost reads "-1" into an unsigned as 2^64 - 1
   po::options_description desc("options");
   desc.add_options()
       ("out", po::value(&opt.out)->required(), "the .h5 to write")
-      ("seed", po::value(&opt.seed)->default_value(0), "random seed (the same seed writes the same file)")
+      ("seed", po::value(&seed_text)->default_value("0"), "random seed (the same seed writes the same file)")
       ("tokenizer", po::value(&opt.tokenizer_dir), "tokenizer folder to embed (default: weights/tokenizer)");
   po::variables_map vm;
   if (!parse_options("make-tiny", "--out FILE.h5 [--seed N]",
@@ -17,6 +18,7 @@ int cmd_make_tiny(const std::vector<std::string>& args) {
                      "the real Qwen2.5-VL tokenizer. It draws noise-like pictures; it exists for tests and the demo.",
                      desc, nullptr, args, vm))
     return 0;
+  opt.seed = parse_seed(seed_text, "--seed");
   make_tiny_pipeline(opt, Log());
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "app/options.h"
 
 #include <algorithm>
+#include <charconv>
 #include <iostream>
 
 #include "core/error.h"
@@ -82,6 +83,14 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
     fail_input("{} (see ditbatch {} --help)", e.what(), command);
   }
   return true;
+}
+
+uint64_t parse_seed(const std::string& text, const std::string& option) {
+  uint64_t seed = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (error != std::errc() || end != text.data() + text.size())
+    fail_input("{} {}: expected an integer from 0 to 18446744073709551615", option, text);
+  return seed;
 }
 
 }  // namespace ditbatch

@@ -3,6 +3,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,5 +16,9 @@ namespace po = boost::program_options;
 bool parse_options(const std::string& command, const std::string& synopsis, const std::string& about,
                    po::options_description& desc, const po::positional_options_description* positional,
                    const std::vector<std::string>& args, po::variables_map& vm);
+
+// A seed option's value as written: 0..2^64-1 (Boost alone reads "-1" into an unsigned as
+// 2^64 - 1). Throws InputError naming the option.
+uint64_t parse_seed(const std::string& text, const std::string& option);
 
 }  // namespace ditbatch

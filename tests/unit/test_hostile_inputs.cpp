@@ -600,6 +600,15 @@ TEST(HostileInputs, MoreThreadsThanCoresAreWarnedAbout) {
   EXPECT_FALSE(has(fine.output, "CPU threads per rank")) << fine.output;
 }
 
+// make-tiny --seed -1 was read as 2^64 - 1; generate already refused it.
+TEST(HostileInputs, MakeTinyRefusesANegativeSeed) {
+  TempDir dir;
+  auto r = test::run(test::exe() + " make-tiny --seed -1 --out " + (dir / "t.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--seed -1: expected an integer from 0 to 18446744073709551615")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "t.h5"));
+}
+
 // After kill -9 of a writer its temporary stayed until it was ten minutes old, though the
 // README says the next run removes it. One whose writer is provably gone (this host and pid
 // namespace, its pid running no process or one that started at another time) goes at once.
