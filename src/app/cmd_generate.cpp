@@ -315,6 +315,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
   o.defaults.seed = parse_seed(seed_text, "--seed");
+  // The backend with the other options, before --out, the lock or the weights are touched.
+  // make_backend refuses an unknown kind, or cuda without a usable GPU, before creating
+  // anything (its message says why: no CUDA in this build, no device, the driver).
+  if (o.backend_kind != "auto" && o.backend_kind != "cpu" && (o.backend_kind != "cuda" || visible_gpu_count() == 0))
+    (void)make_backend(o.backend_kind, -1, Log());
   set_abandon_on_first_signal(o.run.on_signal == OnSignal::Abandon);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
   if (o.max_sequence_length < 1 || o.max_sequence_length > kQwenImageTokenizerMaxLength)

@@ -600,6 +600,26 @@ TEST(HostileInputs, MoreThreadsThanCoresAreWarnedAbout) {
   EXPECT_FALSE(has(fine.output, "CPU threads per rank")) << fine.output;
 }
 
+// --backend tpu (or cuda without a GPU) was refused only after --out and the lock were made
+// and the weights opened: it is checked with the other options. The weights named here do not
+// exist, so an error about them would mean they were looked at first.
+TEST(HostileInputs, TheBackendIsCheckedWithTheOtherOptions) {
+  TempDir dir;
+  const std::string cmd = fmt::format("{} generate --weights {} --out {} --prompt x", test::exe(), dir / "missing.h5",
+                                      dir / "out");
+  auto tpu = test::run(cmd + " --backend tpu");
+  EXPECT_EQ(tpu.status, 2) << tpu.output;
+  EXPECT_TRUE(has(tpu.output, "--backend 'tpu' (expected auto, cpu or cuda)")) << tpu.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  auto cuda = test::run(cmd + " --backend cuda");
+  if (cuda.status != 2 || has(cuda.output, "missing.h5")) {
+    EXPECT_TRUE(has(cuda.output, "missing.h5: no such file")) << "a GPU answers here: " << cuda.output;
+    GTEST_SKIP() << "a GPU is visible: --backend cuda is accepted here";
+  }
+  EXPECT_TRUE(has(cuda.output, "--backend cuda: ")) << cuda.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 // make-tiny --seed -1 was read as 2^64 - 1; generate already refused it.
 TEST(HostileInputs, MakeTinyRefusesANegativeSeed) {
   TempDir dir;
