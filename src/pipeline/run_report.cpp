@@ -103,9 +103,9 @@ json stage_stats(std::vector<double> v) {
 // Settings every image shares go in the header; those that differ are shown per image.
 json shared_settings(const std::map<int64_t, json>& manifest) {
   json shared = json::object();
-  // "loras": where a line lists the LoRAs its image was made with, as soon as a run records them.
-  for (const char* key :
-       {"width", "height", "steps", "cfg", "negative_prompt", "max_sequence_length", "model", "loras"}) {
+  // "loras" and "scheduler": absent from lines written before LoRAs existed.
+  for (const char* key : {"width", "height", "steps", "cfg", "negative_prompt", "max_sequence_length", "model", "loras",
+                          "scheduler"}) {
     std::set<std::string> values;
     json first;
     for (const auto& [index, line] : manifest) {
