@@ -17,6 +17,7 @@ packages=(
   libopenblas-openmp-dev              # GEMM for the CPU backend (OpenMP threads, like our own loops)
   libsleef-dev                        # torch's vectorised exp/sin/cos/tanh, bit for bit
   libssl-dev                          # SHA-256 (weight checksums, PNG digests in the manifest)
+  libxxhash-dev                       # XXH3: the weight file's per-tensor digests, checked at memory speed
   libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
   # the ASan + UBSan build and the libFuzzer targets (tools/ci/sanitize_fuzz.sh): clang, its
   # sanitizer and fuzzer runtimes, its OpenMP, and llvm-symbolizer for readable reports
@@ -27,6 +28,7 @@ packages=(
   chromium chromium-driver python3-selenium
   # test helpers
   python3 python3-venv procps bc shellcheck
+  python3-xxhash                      # the reference the XXH3 tensor digests are tested against
 )
 
 missing=()

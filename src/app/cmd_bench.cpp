@@ -5,11 +5,17 @@
 // can be timed without the real checkpoint.
 #include <fmt/ranges.h>
 #include <omp.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -27,13 +33,17 @@
 #include "io/convert.h"
 #include "io/weight_store.h"
 #include "model/random_weights.h"
+#include "model/tiny_pipeline.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "pipeline/qwen_image_pipeline.h"
 
 namespace ditbatch {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // ---- named configurations ------------------------------------------------------------------
 
@@ -405,86 +415,201 @@ int bench_text(const CommonOptions& o, Backend& be) {
 
 // ---- load ----------------------------------------------------------------------------------
 
-// A transformer of `config` with random bf16 weights, written as a weight file of its own: a
-// multi-GB file of real shapes to time loading on, without the real checkpoint.
-void write_random_transformer(const Config& config, uint64_t seed, const std::string& path) {
-  check_output_file(path);
-  std::vector<WeightSpec> specs = QwenImageTransformer::weight_specs(TransformerConfig::from(config));
-  std::sort(specs.begin(), specs.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  WeightWriter writer(path);
-  writer.begin_component("transformer", config.json().dump());
-  std::vector<char> bf16;
-  for (const WeightSpec& spec : specs) {
-    const std::vector<float> values = random_values(seed, spec);
-    bf16.resize(values.size() * 2);
-    convert_from_f32(values.data(), bf16.data(), DType::BF16, values.size());
-    writer.add_tensor(spec.name, spec.shape, DType::BF16, bf16.data());
-  }
-  writer.end_component();
-  writer.finish();
+struct LoadOptions {
+  std::string out;     // write a random pipeline of real widths here first
+  int64_t layers = 2;  // its transformer blocks and text-encoder layers
+  std::string dtype = "bf16";
+  int64_t format_version = kWeightFormatVersion;
+  std::string cache = "both";  // warm | cold | both
+};
+
+// The page cache of a file dropped (its pages are clean: the writer synced them): the next read
+// comes from the disk. False where the kernel kept them (another process maps the file).
+bool drop_cached_pages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  const bool dropped = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return dropped;
 }
 
-// Every dataset of a weight file read as generate reads it (Component: the bytes, then their
-// digest checked) and read without the check, tensor by tensor in alternating order so that
-// both meet the same page cache: what verifying what is read costs.
-int bench_load(const CommonOptions& o, const std::string& out) {
-  std::string path = o.weights;
-  Stopwatch written;
-  if (path.empty()) {
-    if (out.empty())
-      fail_input("bench load: give --weights FILE.h5, or --config and --out FILE.h5 (a random transformer is written "
-                 "there first)");
-    write_random_transformer(resolve_config(o.config, dit_presets()).second, o.seed, out);
-    path = out;
+// The file read from start to end in 8 MiB pieces into one buffer, one thread: the rate the
+// file system delivers this file at, with nothing else done to the bytes.
+double sequential_read_seconds(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  std::vector<char> buffer(size_t{8} << 20);
+  Stopwatch watch;
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buffer.data(), buffer.size(), at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("{}: read failed: {}", path, std::strerror(errno));
+    if (n == 0) break;
+    at += n;
   }
-  const double write_s = o.weights.empty() ? written.seconds() : 0.0;
-  const WeightStore store = WeightStore::open(path);
-  double plain_s = 0, verified_s = 0;
-  int64_t bytes = 0, datasets = 0, turn = 0;
-  for (int round = 0; round < o.warmup + o.steps; ++round)
-    for (const std::string& name : store.components()) {
-      const Component comp = store.component(name);
-      for (const std::string& tensor : comp.tensor_names()) {
-        const h5::DatasetInfo info = comp.tensor_info(tensor);
-        const bool file = info.dtype == DType::U8;
-        auto plain = [&] {
-          Stopwatch watch;
-          if (file) (void)comp.group().read_bytes(tensor);
-          else (void)comp.group().read_tensor(tensor);
-          return watch.seconds();
-        };
-        auto verified = [&] {
-          Stopwatch watch;
-          if (file) (void)comp.file_bytes(tensor);
-          else (void)comp.tensor(tensor);
-          return watch.seconds();
-        };
-        double a = 0, b = 0;
-        if (turn++ % 2) a = plain(), b = verified();
-        else b = verified(), a = plain();
-        if (round < o.warmup) continue;
-        plain_s += a;
-        verified_s += b;
-        bytes += shape_numel(info.shape) * static_cast<int64_t>(dtype_size(info.dtype));
-        ++datasets;
-      }
+  const double seconds = watch.seconds();
+  ::close(fd);
+  return seconds;
+}
+
+// VmHWM restarted from the current RSS (Linux: clear_refs 5), so that a peak measures one phase.
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+double rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0.0;
+}
+
+double peak_rss_now_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return peak_rss_mib();
+}
+
+// One load as generate runs it: open and check the file, the tokenizer, the text encoder, one
+// prompt encoded, transformer + VAE, and the first denoising step of a 256x256 image.
+struct LoadRound {
+  double open_s = 0, text_encoder_s = 0, denoiser_s = 0, first_step_s = 0, total_s = 0;
+  double peak_mib = 0, rss_before_mib = 0;
+};
+
+LoadRound load_round(const std::string& path, Backend& be, const Log& log) {
+  LoadRound r;
+  r.rss_before_mib = rss_mib();
+  reset_peak_rss();
+  Stopwatch total;
+  {
+    Stopwatch phase;
+    const WeightStore store = WeightStore::open(path);
+    QwenImagePipeline pipeline(be, store, log);
+    r.open_s = phase.seconds();
+    phase = Stopwatch();
+    pipeline.load_text_encoder();
+    const PromptEmbedding prompt = pipeline.encode_prompt("a red fox in the snow");
+    r.text_encoder_s = phase.seconds();
+    ImageJob job;
+    job.prompt = "a red fox in the snow";
+    job.width = job.height = 256;
+    job.steps = 2;
+    job.file_stem = "bench";
+    phase = Stopwatch();
+    pipeline.load_denoiser({job});
+    be.synchronize();
+    r.denoiser_s = phase.seconds();
+    phase = Stopwatch();
+    struct FirstStep {};
+    StageTimes times;
+    try {
+      (void)pipeline.generate(job, prompt, nullptr, [](int, int) { throw FirstStep{}; }, times);
+    } catch (const FirstStep&) {
     }
-  const double gb = static_cast<double>(bytes) / 1e9;
+    r.first_step_s = phase.seconds();
+    r.total_s = total.seconds();
+    r.peak_mib = peak_rss_now_mib();
+  }
+  return r;
+}
+
+int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const Log& log) {
+  if (lo.cache != "warm" && lo.cache != "cold" && lo.cache != "both")
+    fail_input("--cache {}: expected warm, cold or both", lo.cache);
+  std::string path = o.weights;
+  double write_s = 0;
+  if (path.empty()) {
+    if (lo.out.empty())
+      fail_input("bench load: give --weights FILE.h5, or --out FILE.h5 (a random pipeline of the real widths with "
+                 "--layers blocks is written there first)");
+    const DType dtype = parse_dtype(lo.dtype);
+    if (dtype != DType::BF16 && dtype != DType::F32) fail_input("--dtype {}: expected bf16 or f32", lo.dtype);
+    if (lo.format_version != kWeightFormatVersion && lo.format_version != 2)
+      fail_input("--format {}: expected {} (this ditbatch's) or 2 (SHA-256 digests)", lo.format_version,
+                 kWeightFormatVersion);
+    Stopwatch written;
+    write_random_pipeline({.out = lo.out,
+                           .configs = real_width_pipeline_configs(lo.layers),
+                           .dtype = dtype,
+                           .format_version = lo.format_version,
+                           .seed = o.seed,
+                           .fast_draw = true,
+                           .model_name = fmt::format("random-qwen-image-widths-{}-layers", lo.layers),
+                           .source = "ditbatch bench load"},
+                          log);
+    write_s = written.seconds();
+    path = lo.out;
+  }
+  const double file_gb = static_cast<double>(fs::file_size(path)) / 1e9;
+  std::vector<std::string> caches;
+  if (lo.cache != "cold") caches.push_back("warm");
+  if (lo.cache != "warm") caches.push_back("cold");
+
   std::cout << "bench load\n"
-            << fmt::format("  file          {} ({:.2f} GB in {} datasets a round{})\n", path, gb / o.steps,
-                           datasets / o.steps, write_s > 0 ? fmt::format(", written in {:.1f} s", write_s) : "")
-            << fmt::format("  threads       {} OpenMP (the digest hashes 4 MiB pieces in parallel)\n",
-                           omp_get_max_threads())
-            << fmt::format("  read          {:.3f} s a round ({:.2f} GB/s), {} round(s) after {} warm-up\n",
-                           plain_s / o.steps, gb / std::max(plain_s, 1e-9), o.steps, o.warmup)
-            << fmt::format("  read + check  {:.3f} s a round ({:.2f} GB/s)\n", verified_s / o.steps,
-                           gb / std::max(verified_s, 1e-9))
-            << fmt::format("  ratio         {:.3f} (read + check / read)\n", verified_s / std::max(plain_s, 1e-9));
-  nlohmann::ordered_json json = {{"bench", "load"},          {"engine", "ditbatch"},
-                                 {"file", path},             {"bytes_per_round", bytes / o.steps},
-                                 {"threads", omp_get_max_threads()}, {"read_s", plain_s / o.steps},
-                                 {"read_verified_s", verified_s / o.steps},
-                                 {"ratio", verified_s / std::max(plain_s, 1e-9)}};
+            << fmt::format("  file          {} ({:.2f} GB{})\n", path, file_gb,
+                           write_s > 0 ? fmt::format(", written in {:.1f} s = {:.2f} GB/s", write_s, file_gb / write_s)
+                                       : "")
+            << fmt::format("  backend       {}, {} OpenMP threads\n", be.name(), omp_get_max_threads());
+  nlohmann::ordered_json json = {{"bench", "load"}, {"engine", "ditbatch"}, {"file", path},
+                                 {"file_bytes", fs::file_size(path)}, {"backend", be.name()},
+                                 {"threads", omp_get_max_threads()}};
+  bool dropped_all = true;
+  for (const std::string& cache : caches) {
+    std::vector<double> read_s;
+    std::vector<LoadRound> rounds;
+    // Alternating which goes first, so that neither always meets the other's cache.
+    for (int round = 0; round < o.warmup + o.steps; ++round) {
+      auto read = [&] {
+        if (cache == "cold") dropped_all &= drop_cached_pages(path);
+        else (void)sequential_read_seconds(path);  // the file in the page cache before a warm figure
+        return sequential_read_seconds(path);
+      };
+      auto load = [&] {
+        if (cache == "cold") dropped_all &= drop_cached_pages(path);
+        else (void)sequential_read_seconds(path);
+        return load_round(path, be, log);
+      };
+      double r = 0;
+      LoadRound l;
+      if (round % 2) r = read(), l = load();
+      else l = load(), r = read();
+      if (round < o.warmup) continue;
+      read_s.push_back(r);
+      rounds.push_back(l);
+    }
+    auto mean = [](const auto& values, auto field) {
+      double sum = 0;
+      for (const auto& v : values) sum += field(v);
+      return sum / static_cast<double>(values.size());
+    };
+    const double read = mean(read_s, [](double v) { return v; });
+    const double open = mean(rounds, [](const LoadRound& r) { return r.open_s; });
+    const double text = mean(rounds, [](const LoadRound& r) { return r.text_encoder_s; });
+    const double denoiser = mean(rounds, [](const LoadRound& r) { return r.denoiser_s; });
+    const double step = mean(rounds, [](const LoadRound& r) { return r.first_step_s; });
+    const double total = mean(rounds, [](const LoadRound& r) { return r.total_s; });
+    const double loading = open + text + denoiser;
+    double peak_extra = 0;
+    for (const LoadRound& r : rounds) peak_extra = std::max(peak_extra, r.peak_mib - r.rss_before_mib);
+    std::cout << fmt::format("  {} cache ({} round(s) after {} warm-up)\n", cache, o.steps, o.warmup)
+              << fmt::format("    sequential read       {:7.3f} s  {:6.2f} GB/s\n", read, file_gb / read)
+              << fmt::format("    open + tokenizer      {:7.3f} s\n", open)
+              << fmt::format("    text encoder + 1 prompt {:5.3f} s\n", text)
+              << fmt::format("    transformer + VAE     {:7.3f} s\n", denoiser)
+              << fmt::format("    load in all           {:7.3f} s  {:6.2f} GB/s\n", loading, file_gb / loading)
+              << fmt::format("    first step (256x256)  {:7.3f} s after the load; {:.3f} s from the start\n", step, total)
+              << fmt::format("    peak host memory      {:7.0f} MiB above the RSS before the load\n", peak_extra)
+              << fmt::format("    ratio                 {:7.3f} (load rate / read rate)\n", read / loading);
+    json[cache] = {{"read_s", read},         {"open_s", open},          {"text_encoder_s", text},
+                   {"denoiser_s", denoiser}, {"load_s", loading},       {"first_step_s", step},
+                   {"to_first_step_s", total}, {"peak_extra_mib", peak_extra}, {"ratio", read / loading}};
+  }
+  if (!dropped_all) std::cout << "  note: the kernel did not drop the file's pages for every cold round\n";
   std::cout << "BENCH_JSON " << json.dump() << std::endl;
   return 0;
 }
@@ -495,9 +620,14 @@ int cmd_bench(const std::vector<std::string>& args) {
   CommonOptions o;
   std::string what;
   po::options_description desc("options");
-  std::string out;
+  LoadOptions load;
   desc.add_options()("what", po::value(&what), "dit | vae | text | load (the first argument)")(
-      "out", po::value(&out), "load: write a random transformer of --config here first, and time loading it")(
+      "out", po::value(&load.out), "load: write a random pipeline of the real widths here first, and time loading it")(
+      "layers", po::value(&load.layers)->default_value(2), "load --out: its transformer blocks and text-encoder layers")(
+      "dtype", po::value(&load.dtype)->default_value("bf16"), "load --out: the stored dtype, bf16 or f32")(
+      "format", po::value(&load.format_version)->default_value(kWeightFormatVersion),
+      "load --out: the weight format (2: the older SHA-256 digests)")(
+      "cache", po::value(&load.cache)->default_value("both"), "load: warm | cold | both (cold: the file's pages dropped first)")(
       "weights", po::value(&o.weights), "a ditbatch .h5 to take the model from (else --config)")(
       "config", po::value(&o.config)->default_value("small"),
       "tiny | small | real | a JSON object | a config.json: random weights with this config")(
@@ -517,8 +647,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                      "dit|vae|text|load [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
                      "Times one model on random inputs: ms per call (mean and min over --steps after --warmup),\n"
                      "GFLOP/s from an explicit FLOP count (dit, text; vae: time only), peak RSS and the threads\n"
-                     "used. load: reading every tensor of --weights with and without checking its digest (with\n"
-                     "--out: of a random transformer of --config written there first). Prints a table and one line\n"
+                     "used. load: the sequential read rate of --weights beside the pipeline's load as generate runs\n"
+                     "it (text encoder, transformer, VAE, the first step), warm and cold page cache (with --out: of\n"
+                     "a random pipeline of the real widths written there first). Prints a table and one line\n"
                      "'BENCH_JSON {...}' for scripts. A benchmark: its figures depend on the machine.",
                      desc, &positional, args, vm))
     return 0;
@@ -528,9 +659,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (o.steps < 1 || o.warmup < 0)
     fail_input("--steps {} / --warmup {}: need steps >= 1, warmup >= 0", o.steps, o.warmup);
   if (!o.weights.empty() && !vm["config"].defaulted()) fail_input("give either --weights or --config, not both");
-  if (what == "load") return bench_load(o, out);
   Log log(0, 1, o.log_level);
   std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
+  if (what == "load") return bench_load(o, load, *backend, log);
   if (what == "dit") return bench_dit(o, *backend);
   if (what == "vae") return bench_vae(o, *backend);
   return bench_text(o, *backend);

@@ -28,7 +28,9 @@ class Backend {
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   // Copies a host tensor (any float dtype) to the backend, converting to dtype.
   virtual Tensor upload(const Tensor& host, DType dtype) = 0;
-  // Weights: converted to the backend's weight dtype, kept for the life of the model.
+  // Weights: converted to the backend's weight dtype, kept for the life of the model. A host
+  // backend may keep the host tensor's own buffer where no conversion is needed (no copy of a
+  // model-sized load): the caller must not change `host` afterwards.
   virtual Tensor upload_weight(const Tensor& host) = 0;
   // Copies a backend tensor to a new host tensor of its dtype (waits for pending work).
   virtual Tensor to_host(const Tensor& t) = 0;

@@ -70,9 +70,13 @@ void store_u16(void* base, size_t i, uint16_t v) { std::memcpy(static_cast<char*
 void convert_to_f32(const void* src, DType src_type, float* dst, size_t n) {
   switch (src_type) {
     case DType::F32: std::memcpy(dst, src, n * 4); return;
-    case DType::BF16:
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src, i));
+    case DType::BF16: {
+      // A weight load converts every bf16 tensor once: on all threads (the loop vectorises).
+      const int64_t count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static) if (count >= (int64_t{1} << 20))
+      for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(load_u16(src, static_cast<size_t>(i)));
       return;
+    }
     case DType::F16:
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src, i));
       return;

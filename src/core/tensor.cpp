@@ -37,6 +37,13 @@ Tensor Tensor::host(Shape shape, DType dtype) {
   return Tensor(std::make_shared<HostBuffer>(bytes), 0, std::move(shape), dtype);
 }
 
+Tensor ReusedHostBuffer::take(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (!buffer_ || buffer_.use_count() > 1 || buffer_->bytes() < bytes)
+    buffer_ = std::make_shared<HostBuffer>(bytes);
+  return Tensor(buffer_, 0, shape, dtype);
+}
+
 Tensor Tensor::host_f32(Shape shape, const std::vector<float>& values) {
   Tensor t = host(std::move(shape), DType::F32);
   DITBATCH_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "host_f32: {} values for shape {}",

@@ -93,4 +93,16 @@ class Tensor {
   DType dtype_ = DType::F32;
 };
 
+// One host buffer handed out again and again for short-lived tensors (a weight on its way to
+// the backend, which converts or copies it at once): memory faulted in once, not per tensor.
+// A tensor still alive from the last take() is never overwritten: its buffer is left to it and
+// a new one is made.
+class ReusedHostBuffer {
+ public:
+  Tensor take(const Shape& shape, DType dtype);
+
+ private:
+  std::shared_ptr<HostBuffer> buffer_;
+};
+
 }  // namespace ditbatch

@@ -191,7 +191,11 @@ Tensor CpuBackend::upload(const Tensor& host, DType dtype) {
   return host.to_f32();
 }
 
-Tensor CpuBackend::upload_weight(const Tensor& host) { return upload(host, DType::F32); }
+Tensor CpuBackend::upload_weight(const Tensor& host) {
+  // An f32 weight read from the file is the weight: its buffer is kept, not copied.
+  if (host.device() == Device::Host && host.dtype() == DType::F32) return host;
+  return upload(host, DType::F32);
+}
 
 Tensor CpuBackend::to_host(const Tensor& t) {
   DITBATCH_CHECK(t.defined(), "to_host: undefined tensor");

@@ -23,7 +23,7 @@ class NodeBroadcastBinder final : public WeightBinder {
     std::string error;
     if (reader) {
       try {
-        t = component_.tensor(prefix_ + name, shape, why);
+        t = component_.tensor(prefix_ + name, shape, why, &staging_);
       } catch (const Error& e) {
         error = e.what();
       }
@@ -32,15 +32,19 @@ class NodeBroadcastBinder final : public WeightBinder {
     if (!error.empty()) fail_input("{}", error);
     // The stored dtype travels with the bytes (bf16 files move half the bytes of f32).
     std::string dtype = world_.node_broadcast(reader ? std::string(dtype_name(t.dtype())) : std::string());
-    if (!reader) t = Tensor::host(shape, parse_dtype(dtype));
+    if (!reader) {
+      const DType stored = parse_dtype(dtype);
+      t = stored == DType::F32 ? Tensor::host(shape, stored) : staging_.take(shape, stored);
+    }
     world_.node_broadcast_inplace(t.raw(), t.nbytes());
-    return t.to_f32();
+    return t;
   }
 
  private:
   const World& world_;
   const Component& component_;
   std::string prefix_;
+  ReusedHostBuffer staging_;  // 16-bit tensors: converted or copied by the backend at once
 };
 
 // name\0size\0bytes... : the files of a component in one buffer.

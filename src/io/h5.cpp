@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -440,6 +441,31 @@ std::atomic<int64_t> g_dataset_bytes_read{0};
 }  // namespace
 
 int64_t dataset_bytes_read() { return g_dataset_bytes_read; }
+void count_dataset_bytes_read(int64_t bytes) { g_dataset_bytes_read += bytes; }
+
+std::optional<RawExtent> Group::raw_extent(const std::string& name) const {
+  if constexpr (std::endian::native != std::endian::little) return std::nullopt;  // the file stores little-endian
+  const DatasetInfo info = dataset_info(name);
+  const size_t bytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+  if (bytes == 0) return std::nullopt;
+  Handle d = open_dataset(*this, name);
+  Handle dcpl(H5Dget_create_plist(d.id()), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.id()) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl.id()) != 0)
+    return std::nullopt;
+  Handle type(H5Dget_type(d.id()), H5Tclose);
+  if (dtype_size(info.dtype) > 1 && H5Tget_order(type.id()) != H5T_ORDER_LE) return std::nullopt;
+  const haddr_t offset = H5Dget_offset(d.id());
+  if (offset == HADDR_UNDEF || H5Dget_storage_size(d.id()) != bytes) return std::nullopt;
+  Handle file(H5Iget_file_id(d.id()), H5Fclose);
+  Handle fapl(H5Fget_access_plist(file.id()), H5Pclose);
+  if (!fapl.valid() || H5Pget_driver(fapl.id()) != H5FD_SEC2) return std::nullopt;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file.id(), H5P_DEFAULT, &handle) < 0 || !handle) {
+    (void)last_error();
+    return std::nullopt;
+  }
+  return RawExtent{*static_cast<int*>(handle), static_cast<uint64_t>(offset), bytes};
+}
 
 void Group::read_dataset_raw(const std::string& name, void* dst) const {
   DatasetInfo info = dataset_info(name);

@@ -49,6 +49,18 @@ struct DatasetInfo {
 // Bytes this process has read from datasets (tensors, files) of any HDF5 file: what a rank
 // read from the weight file, whatever else it read or received (MPI over TCP, sockets).
 int64_t dataset_bytes_read();
+// Counts bytes read from a dataset outside HDF5 (a RawExtent read with pread).
+void count_dataset_bytes_read(int64_t bytes);
+
+// Where a dataset's stored bytes lie in the file, for reading them with pread() on HDF5's own
+// file descriptor (several threads at once, no copy through the library): only a contiguous,
+// unfiltered, fully written dataset whose stored bytes are its elements in this machine's
+// byte order, in a file HDF5 opened with its default (sec2) driver.
+struct RawExtent {
+  int fd = -1;
+  uint64_t offset = 0;
+  size_t bytes = 0;
+};
 
 class Group {
  public:
@@ -90,6 +102,8 @@ class Group {
   DatasetInfo dataset_info(const std::string& name) const;
   // Reads the dataset's elements in their stored type into dst (dst holds numel * size bytes).
   void read_dataset_raw(const std::string& name, void* dst) const;
+  // The dataset's bytes in the file, where pread() may read them (see RawExtent); else none.
+  std::optional<RawExtent> raw_extent(const std::string& name) const;
   // A host tensor in the stored dtype.
   Tensor read_tensor(const std::string& name) const;
   std::string read_bytes(const std::string& name) const;

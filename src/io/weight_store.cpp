@@ -2,7 +2,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <exception>
+
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -85,28 +92,70 @@ void write_config_attributes(const h5::Group& group, const std::string& config_j
 
 // ---- digests -------------------------------------------------------------------------------
 
-std::string tensor_digest(const void* data, size_t bytes) {
-  constexpr size_t kPiece = size_t{4} << 20;
-  const auto* p = static_cast<const char*>(data);
-  const int64_t pieces = static_cast<int64_t>(std::max<size_t>(1, (bytes + kPiece - 1) / kPiece));
-  std::vector<std::string> digests(static_cast<size_t>(pieces));
+namespace {
+
+// fn(i) for i in [0, count) on the OpenMP threads; the first exception is rethrown here.
+template <typename Fn>
+void parallel_pieces(int64_t count, const Fn& fn) {
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
-  for (int64_t i = 0; i < pieces; ++i) {
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) {
     try {
-      const size_t from = static_cast<size_t>(i) * kPiece;
-      Sha256 h;
-      h.update(p + from, std::min(kPiece, bytes - std::min(bytes, from)));
-      digests[static_cast<size_t>(i)] = h.hex();
+      fn(i);
     } catch (...) {
 #pragma omp critical
-      error = std::current_exception();
+      if (!error) error = std::current_exception();
     }
   }
   if (error) std::rethrow_exception(error);
-  Sha256 all;
-  for (const std::string& d : digests) all.update(d);
-  return all.hex();
+}
+
+int64_t piece_count(size_t bytes) {
+  return static_cast<int64_t>(std::max<size_t>(1, (bytes + kDigestPiece - 1) / kDigestPiece));
+}
+
+}  // namespace
+
+DigestKind digest_kind_of_format(int64_t format_version) {
+  return format_version == 2 ? DigestKind::Sha256Pieces : DigestKind::Xxh3Pieces;
+}
+
+const char* digest_attribute(DigestKind kind) {
+  return kind == DigestKind::Sha256Pieces ? "sha256_4mib" : "xxh3_128_4mib";
+}
+
+std::string piece_digest(DigestKind kind, const void* data, size_t bytes) {
+  if (kind == DigestKind::Sha256Pieces) {
+    Sha256 h;
+    h.update(data, bytes);
+    return h.hex();
+  }
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, XXH3_128bits(data, bytes));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex(32, '0');
+  for (size_t i = 0; i < 16; ++i) {
+    hex[2 * i] = kHex[canonical.digest[i] >> 4];
+    hex[2 * i + 1] = kHex[canonical.digest[i] & 15];
+  }
+  return hex;
+}
+
+std::string combine_piece_digests(DigestKind kind, const std::vector<std::string>& pieces) {
+  std::string all;
+  all.reserve(pieces.size() * 64);
+  for (const std::string& d : pieces) all += d;
+  return piece_digest(kind, all.data(), all.size());
+}
+
+std::string tensor_digest(const void* data, size_t bytes, DigestKind kind) {
+  const auto* p = static_cast<const char*>(data);
+  std::vector<std::string> digests(static_cast<size_t>(piece_count(bytes)));
+  parallel_pieces(std::ssize(digests), [&](int64_t i) {
+    const size_t from = static_cast<size_t>(i) * kDigestPiece;
+    digests[static_cast<size_t>(i)] = piece_digest(kind, p + from, std::min(kDigestPiece, bytes - std::min(bytes, from)));
+  });
+  return combine_piece_digests(kind, digests);
 }
 
 std::string component_checksum(const std::string& config_json, std::vector<DatasetDigest> datasets) {
@@ -117,8 +166,6 @@ std::string component_checksum(const std::string& config_json, std::vector<Datas
   return h.hex();
 }
 
-namespace {
-
 std::string file_checksum(std::vector<std::pair<std::string, std::string>> components) {
   std::sort(components.begin(), components.end());
   Sha256 all;
@@ -126,11 +173,10 @@ std::string file_checksum(std::vector<std::pair<std::string, std::string>> compo
   return all.hex();
 }
 
-}  // namespace
-
 // ---- Component -----------------------------------------------------------------------------
 
-Component::Component(h5::Group group, std::string name) : group_(std::move(group)), name_(std::move(name)) {
+Component::Component(h5::Group group, std::string name, DigestKind digests)
+    : group_(std::move(group)), name_(std::move(name)), digests_(digests) {
   config_ = group_.has_attr("config_json") ? Config::parse(group_.attr_string("config_json"), group_.where())
                                            : Config(nlohmann::json::object(), group_.where());
 }
@@ -152,23 +198,39 @@ h5::DatasetInfo Component::tensor_info(const std::string& name) const {
 }
 
 void Component::read_verified(const std::string& name, const h5::DatasetInfo& info, void* dst) const {
-  group_.read_dataset_raw(name, dst);
-  const std::string recorded = group_.dataset_attr_string(name, kDigestAttribute);
-  const std::string read = tensor_digest(dst, static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype));
+  const size_t bytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+  const std::string recorded = group_.dataset_attr_string(name, digest_attribute(digests_));
+  std::string read;
+  if (const std::optional<h5::RawExtent> extent = group_.raw_extent(name)) {
+    // Each 4 MiB piece read and hashed by one thread while it is still in the cache, the
+    // threads reading at once: read, digest and the first touch of dst overlap.
+    std::vector<std::string> digests(static_cast<size_t>(piece_count(bytes)));
+    parallel_pieces(std::ssize(digests), [&](int64_t i) {
+      const size_t from = static_cast<size_t>(i) * kDigestPiece, count = std::min(kDigestPiece, bytes - from);
+      char* to = static_cast<char*>(dst) + from;
+      for (size_t done = 0; done < count;) {
+        const ssize_t n = ::pread(extent->fd, to + done, count - done, static_cast<off_t>(extent->offset + from + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+          fail_input("{}: cannot read its bytes {}..{} of {} (truncated or unreadable file?): {}", where(name),
+                     from + done, from + count, bytes, n < 0 ? std::strerror(errno) : "end of file");
+        done += static_cast<size_t>(n);
+      }
+      digests[static_cast<size_t>(i)] = piece_digest(digests_, to, count);
+    });
+    h5::count_dataset_bytes_read(static_cast<int64_t>(bytes));
+    read = combine_piece_digests(digests_, digests);
+  } else {
+    group_.read_dataset_raw(name, dst);
+    read = tensor_digest(dst, bytes, digests_);
+  }
   if (read != recorded)
     fail_input("{}: its bytes do not match the digest recorded when the file was written ({}, read {}): the file was "
                "changed after it was written, or is damaged; convert it again",
                where(name), recorded.empty() ? std::string("none") : recorded.substr(0, 16), read.substr(0, 16));
 }
 
-Tensor Component::tensor(const std::string& name) const {
-  h5::DatasetInfo info = tensor_info(name);
-  if (!is_float(info.dtype))
-    fail_input("{}: tensor has dtype {}, expected f32, bf16 or f16", where(name), dtype_name(info.dtype));
-  Tensor t = Tensor::host(info.shape, info.dtype);
-  read_verified(name, info, t.raw());
-  return t;
-}
+Tensor Component::tensor(const std::string& name) const { return tensor(name, tensor_info(name).shape); }
 
 std::string Component::file_bytes(const std::string& name) const {
   h5::DatasetInfo info = tensor_info(name);
@@ -180,12 +242,18 @@ std::string Component::file_bytes(const std::string& name) const {
   return bytes;
 }
 
-Tensor Component::tensor(const std::string& name, const Shape& expected, const std::string& why) const {
-  h5::DatasetInfo info = tensor_info(name);
+Tensor Component::tensor(const std::string& name, const Shape& expected, const std::string& why,
+                         ReusedHostBuffer* staging) const {
+  const h5::DatasetInfo info = tensor_info(name);
   if (info.shape != expected)
     fail_input("{}: shape {} does not match the expected {}{}{}", where(name), shape_str(info.shape),
                shape_str(expected), why.empty() ? "" : " from the config: ", why);
-  return tensor(name);
+  if (!is_float(info.dtype))
+    fail_input("{}: tensor has dtype {}, expected f32, bf16 or f16", where(name), dtype_name(info.dtype));
+  Tensor t = staging && info.dtype != DType::F32 ? staging->take(info.shape, info.dtype)
+                                                 : Tensor::host(info.shape, info.dtype);
+  read_verified(name, info, t.raw());
+  return t;
 }
 
 // ---- WeightStore ---------------------------------------------------------------------------
@@ -205,9 +273,10 @@ WeightStore WeightStore::open(const std::string& path) {
                "after conversion would go unnoticed. Convert it again (ditbatch convert --from DIFFUSERS_DIR --to {}), "
                "or run make-tiny again",
                path, path);
-  if (version != kWeightFormatVersion)
-    fail_input("{}: weight format version {} is not supported by this ditbatch (expected {})", path, version,
+  if (version != kWeightFormatVersion && version != 2)
+    fail_input("{}: weight format version {} is not supported by this ditbatch (expected 2 or {})", path, version,
                kWeightFormatVersion);
+  store.digests_ = digest_kind_of_format(version);
   // The checksum from what the file holds (configs, names, shapes, digests: no tensor bytes,
   // which every read checks against the digests), against the one recorded when it was written.
   std::vector<std::pair<std::string, std::string>> sums;
@@ -217,11 +286,11 @@ WeightStore WeightStore::open(const std::string& path) {
     for (const std::string& member : group.members()) {
       if (!group.has_dataset(member)) continue;
       const h5::DatasetInfo info = group.dataset_info(member);
-      const std::string digest = group.dataset_attr_string(member, kDigestAttribute);
+      const std::string digest = group.dataset_attr_string(member, digest_attribute(store.digests_));
       if (digest.empty())
         fail_input("{}: has no {} attribute (its digest): the file was changed after it was written; convert it "
                    "again",
-                   group.where(member), kDigestAttribute);
+                   group.where(member), digest_attribute(store.digests_));
       datasets.push_back({member, std::string(dtype_name(info.dtype)), shape_str(info.shape), digest});
     }
     const std::string sum =
@@ -257,7 +326,7 @@ Component WeightStore::component(const std::string& name) const {
     fail_input("{}: missing component '{}' (the file has: {})", path_, name,
                present.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(present, ", ")));
   }
-  return Component(root_.open_group(name), name);
+  return Component(root_.open_group(name), name, digests_);
 }
 
 std::string WeightStore::root_string(const std::string& attr, const std::string& fallback) const {
@@ -273,13 +342,16 @@ void check_weight_file_target(const std::string& path) {
     fail_input("{}: is {}, not a file; ditbatch writes only regular files: name another path", path, what);
 }
 
-WeightWriter::WeightWriter(const std::string& final_path)
+WeightWriter::WeightWriter(const std::string& final_path, int64_t format_version)
     : final_path_(final_path),
+      digests_(digest_kind_of_format(format_version)),
       temp_(final_path, false),
       remove_on_signal_(std::make_unique<RemoveOnSignal>(temp_.path())) {
   file_ = std::make_unique<h5::File>(h5::File::create_exclusive(temp_.path()));
   root_ = file_->root();
-  root_.set_attr("format_version", kWeightFormatVersion);
+  DITBATCH_CHECK(format_version == kWeightFormatVersion || format_version == 2, "WeightWriter: format {}",
+                 format_version);
+  root_.set_attr("format_version", format_version);
   root_.set_attr("created_by", std::string("ditbatch ") + DITBATCH_VERSION);
 }
 
@@ -299,8 +371,9 @@ void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType
   DITBATCH_CHECK(current_, "add_tensor({}) outside a component", name);
   current_->write_dataset(name, shape, dtype, data);
   // The digest covers the bytes as stored; the component's checksum adds name, dtype and shape.
-  const std::string digest = tensor_digest(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
-  current_->set_dataset_attr(name, kDigestAttribute, digest);
+  const std::string digest =
+      tensor_digest(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), digests_);
+  current_->set_dataset_attr(name, digest_attribute(digests_), digest);
   current_digests_.push_back({name, std::string(dtype_name(dtype)), shape_str(shape), digest});
 }
 

@@ -10,14 +10,20 @@
 //   /tokenizer        the tokenizer files as u8 datasets (vocab.json, merges.txt, ...)
 //   /scheduler        attrs: config_json + typed attributes (no datasets)
 //
-// Every dataset carries its digest (attribute sha256_4mib, tensor_digest() of its stored
+// Every dataset carries its digest (attribute xxh3_128_4mib, tensor_digest() of its stored
 // bytes), and every read of a dataset checks it: a tensor edited in place (scaled, NaN-ed) is
 // refused with its name, never taken for the model the file names. A component's checksum is
 // the SHA-256 of its config and of each dataset's name, dtype, shape and digest; the file's of
 // its components' (sorted by name). WeightStore derives both from what the file holds and
 // refuses a file whose recorded checksum differs, so the checksum that PNGs and manifests name
-// always describes the bytes that are read. Format 1 files (no digests) are refused with what
-// to do: convert them again.
+// always describes the bytes that are read. Format 2 files (SHA-256 digests, attribute
+// sha256_4mib) are still read and checked; format 1 files (no digests) are refused with what to
+// do: convert them again.
+//
+// Why XXH3 and not SHA-256: the digests guard against damage and in-place edits, not against
+// someone who can write the file (who could rewrite the digests too, whatever the hash); and
+// SHA-256 at ~1.8 GB/s a core is slower than a page-cache read (~5 GB/s), so checking every
+// byte would halve the load rate, while XXH3 hashes at memory speed.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -35,19 +41,29 @@
 
 namespace ditbatch {
 
-constexpr int64_t kWeightFormatVersion = 2;
-// The digest of a dataset's stored bytes: the SHA-256 of the concatenated hex SHA-256 of each
-// 4 MiB piece (the pieces hash in parallel on the OpenMP threads: a 57 GB load is not held up by
-// one hashing thread).
-std::string tensor_digest(const void* data, size_t bytes);
-inline constexpr const char* kDigestAttribute = "sha256_4mib";
+constexpr int64_t kWeightFormatVersion = 3;
+
+// How a format digests a dataset's stored bytes: the hash of the concatenated hex hashes of
+// each 4 MiB piece (the pieces hash in parallel, each right after it is read).
+enum class DigestKind {
+  Sha256Pieces,  // format 2: SHA-256
+  Xxh3Pieces,    // format 3: XXH3-128 (the canonical, big-endian hex of xxhsum -H2)
+};
+constexpr size_t kDigestPiece = size_t{4} << 20;
+DigestKind digest_kind_of_format(int64_t format_version);
+const char* digest_attribute(DigestKind kind);  // "sha256_4mib", "xxh3_128_4mib"
+std::string piece_digest(DigestKind kind, const void* data, size_t bytes);  // the hex hash of one piece
+std::string combine_piece_digests(DigestKind kind, const std::vector<std::string>& pieces);
+// The digest of `bytes` bytes in memory (what the writer records; format 3 unless told).
+std::string tensor_digest(const void* data, size_t bytes, DigestKind kind = DigestKind::Xxh3Pieces);
+inline constexpr const char* kDigestAttribute = "xxh3_128_4mib";  // what this ditbatch writes
 // The components a pipeline file holds, in the order they are written.
 const std::vector<std::string>& pipeline_components();
 
 // One component group of an open weight file.
 class Component {
  public:
-  Component(h5::Group group, std::string name);
+  Component(h5::Group group, std::string name, DigestKind digests = DigestKind::Xxh3Pieces);
   const std::string& name() const { return name_; }
   std::string where(const std::string& child = "") const { return group_.where(child); }
   const h5::Group& group() const { return group_; }
@@ -60,8 +76,11 @@ class Component {
   h5::DatasetInfo tensor_info(const std::string& name) const;
   // A host tensor in its stored dtype. Missing: names the closest existing tensors.
   Tensor tensor(const std::string& name) const;
-  // The same, but the shape must be `expected`; `why` says which config values imply it.
-  Tensor tensor(const std::string& name, const Shape& expected, const std::string& why = "") const;
+  // The same, but the shape must be `expected`; `why` says which config values imply it. With
+  // `staging`, a 16-bit tensor (which every backend converts or copies when it uploads it) is
+  // read into that reused buffer; an f32 one always gets its own (a CPU backend keeps it).
+  Tensor tensor(const std::string& name, const Shape& expected, const std::string& why = "",
+                ReusedHostBuffer* staging = nullptr) const;
   std::string file_bytes(const std::string& name) const;
 
  private:
@@ -71,6 +90,7 @@ class Component {
   h5::Group group_;
   std::string name_;
   Config config_;
+  DigestKind digests_;
 };
 
 class WeightStore {
@@ -93,6 +113,7 @@ class WeightStore {
   std::shared_ptr<h5::File> file_;
   h5::Group root_;
   std::string path_, checksum_;
+  DigestKind digests_ = DigestKind::Xxh3Pieces;
 };
 
 // What a component's checksum covers of one dataset.
@@ -101,13 +122,17 @@ struct DatasetDigest {
 };
 // The checksum of a component: its config (if any) and its datasets' digests, in name order.
 std::string component_checksum(const std::string& config_json, std::vector<DatasetDigest> datasets);
+// The checksum of a file: of its (component, checksum) pairs, in name order.
+std::string file_checksum(std::vector<std::pair<std::string, std::string>> components);
 
 // Writes a weight file: temp name, per-component checksums, fsync + rename at finish().
 // Destroyed without finish(), or the process ended by SIGINT / SIGTERM / SIGHUP: the temp file
 // is removed, nothing is left half-written.
 class WeightWriter {
  public:
-  explicit WeightWriter(const std::string& final_path);
+  // format_version: this ditbatch's, or 2 (SHA-256 digests) to measure what a file of the older
+  // format costs to load.
+  explicit WeightWriter(const std::string& final_path, int64_t format_version = kWeightFormatVersion);
   ~WeightWriter();
   WeightWriter(const WeightWriter&) = delete;
   WeightWriter& operator=(const WeightWriter&) = delete;
@@ -124,6 +149,7 @@ class WeightWriter {
 
  private:
   std::string final_path_;
+  DigestKind digests_;
   TempFile temp_;
   std::unique_ptr<RemoveOnSignal> remove_on_signal_;
   std::unique_ptr<h5::File> file_;

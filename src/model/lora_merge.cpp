@@ -24,6 +24,7 @@ Tensor LoraMergingBinder::bind(const std::string& name, const Shape& shape, Weig
   const auto it = loras_.patches().find(name.substr(0, name.size() - 7));
   if (it == loras_.patches().end()) return weight;
   Stopwatch watch;
+  if (weight.dtype() != DType::F32) weight = weight.to_f32();  // the merge adds in f32, as diffusers' fuse_lora
   for (const LoraPatch& patch : it->second) {
     const std::string& path = loras_.files()[patch.file].path;
     add_lora_delta(weight, reader_.file_tensor(path, patch.up_key), reader_.file_tensor(path, patch.down_key),

@@ -7,9 +7,36 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/log.h"
 
 namespace ditbatch {
+
+// The diffusers config.json texts of a pipeline's components.
+struct PipelineConfigs {
+  std::string transformer, text_encoder, vae, scheduler;
+};
+// make-tiny's (above).
+PipelineConfigs tiny_pipeline_configs();
+// The published Qwen-Image widths (3072-wide blocks, the 3584-wide text encoder with its
+// 152,064-row embedding, the real VAE) with `layers` transformer blocks and text-encoder layers
+// (the real model has 60 and 28): a file of real tensor sizes, GBs made in seconds, for timing
+// the weight load without the real checkpoint.
+PipelineConfigs real_width_pipeline_configs(int64_t layers);
+
+struct RandomPipelineOptions {
+  std::string out;
+  PipelineConfigs configs;
+  DType dtype = DType::F32;
+  int64_t format_version = 0;  // 0: this ditbatch's; 2: the older format's SHA-256 digests
+  uint64_t seed = 0;
+  bool fast_draw = false;  // RandomDraw::Uniform (parallel, for big files) instead of make-tiny's Normal
+  std::string model_name, source;
+  std::string tokenizer_dir;  // default: the tokenizer shipped in weights/tokenizer
+};
+// A whole pipeline file of random weights: the tokenizer's real files, every component's
+// tensors from the models' own weight lists.
+void write_random_pipeline(const RandomPipelineOptions& options, const Log& log);
 
 struct TinyPipelineOptions {
   std::string out;

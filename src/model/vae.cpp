@@ -1,6 +1,7 @@
 #include "model/vae.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -42,19 +43,22 @@ namespace {
 
 // Causal 3-D conv weights [out, in, kt, kh, kw] meet real data only through the last temporal
 // slice when decoding one frame (the cache is empty, the front padding is zeros): keep that
-// slice and lay it out as [out, (ky, kx, in)] for the NHWC im2col GEMM.
+// slice and lay it out as [out, (ky, kx, in)] for the NHWC im2col GEMM. Elements move in their
+// stored dtype (a bf16 file stays bf16 until the backend converts it).
 Tensor conv_weight_to_gemm(const Tensor& w) {
   if (!w.defined()) return w;
   const bool is3d = w.rank() == 5;
   const int64_t out = w.dim(0), in = w.dim(1), kt = is3d ? w.dim(2) : 1, kh = w.dim(-2), kw = w.dim(-1);
-  Tensor g = Tensor::host({out, kh * kw * in});
-  const float* src = w.data<float>();
-  float* dst = g.data<float>();
+  Tensor g = Tensor::host({out, kh * kw * in}, w.dtype());
+  const size_t size = dtype_size(w.dtype());
+  const auto* src = static_cast<const char*>(w.raw());
+  auto* dst = static_cast<char*>(g.raw());
   for (int64_t o = 0; o < out; ++o)
     for (int64_t i = 0; i < in; ++i)
       for (int64_t y = 0; y < kh; ++y)
         for (int64_t x = 0; x < kw; ++x)
-          dst[o * kh * kw * in + (y * kw + x) * in + i] = src[(((o * in + i) * kt + (kt - 1)) * kh + y) * kw + x];
+          std::memcpy(dst + static_cast<size_t>(o * kh * kw * in + (y * kw + x) * in + i) * size,
+                      src + static_cast<size_t>((((o * in + i) * kt + (kt - 1)) * kh + y) * kw + x) * size, size);
   return g;
 }
 

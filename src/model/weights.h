@@ -30,7 +30,11 @@ struct WeightSpec {
 class WeightBinder {
  public:
   virtual ~WeightBinder() = default;
-  // Returns the tensor as a host fp32 tensor (a recorder returns an undefined tensor).
+  // Returns the tensor as a host tensor in the dtype it is stored in (f32, bf16 or f16), which
+  // the backend converts once when it uploads it: a bf16 file reaches a GPU as bf16, never
+  // through an f32 copy. A 16-bit tensor may sit in a buffer the binder reuses for the next
+  // one (unless the tensor is still held then): upload or convert it first. A recorder returns
+  // an undefined tensor.
   virtual Tensor bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) = 0;
   // True when binding only records specs (models then skip preparing device copies).
   virtual bool recording() const { return false; }
@@ -52,12 +56,13 @@ class ComponentLoader final : public WeightBinder {
   explicit ComponentLoader(const Component& component, std::string prefix = "")
       : component_(component), prefix_(std::move(prefix)) {}
   Tensor bind(const std::string& name, const Shape& shape, WeightInit, const std::string& why) override {
-    return component_.tensor(prefix_ + name, shape, why).to_f32();
+    return component_.tensor(prefix_ + name, shape, why, &staging_);
   }
 
  private:
   const Component& component_;
   std::string prefix_;
+  ReusedHostBuffer staging_;
 };
 
 // Where models read their tensors and files from: the weight file directly (this class), or,

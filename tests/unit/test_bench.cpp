@@ -2,6 +2,7 @@
 // only that the command runs, reports them, and counts FLOPs as the GEMM shapes say).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "model/transformer.h"
@@ -103,6 +104,28 @@ TEST(Bench, VaeAndTextEncoderRun) {
   auto text = test::run(test::exe() + " bench text --config tiny --text-tokens 9 --steps 1 --warmup 0 --backend cpu");
   ASSERT_EQ(text.status, 0) << text.output;
   EXPECT_GT(bench_json(text.output)["flops"].get<double>(), 0.0);
+}
+
+// The load bench runs generate's load to the first step, and reads the file it names: the
+// bytes it reports are the file's size on disk (an independent count), in both cache modes.
+TEST(Bench, LoadTimesTheFileAndThePipelineLoad) {
+  auto r = test::run(test::exe() + " bench load --weights " + test::tiny_model() +
+                     " --steps 1 --warmup 0 --cache both --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  EXPECT_EQ(j["file_bytes"].get<uint64_t>(), std::filesystem::file_size(test::tiny_model()));
+  for (const char* cache : {"warm", "cold"}) {
+    ASSERT_TRUE(j.contains(cache)) << r.output;
+    for (const char* field : {"read_s", "load_s", "text_encoder_s", "denoiser_s", "first_step_s", "ratio"})
+      EXPECT_GT(j[cache][field].get<double>(), 0.0) << cache << " " << field;
+    EXPECT_GE(j[cache]["to_first_step_s"].get<double>(), j[cache]["load_s"].get<double>());
+  }
+  // A random pipeline is written only in a dtype and format it can be: refused before writing.
+  test::TempDir dir;
+  auto bad = test::run(test::exe() + " bench load --out " + dir / "never.h5" + " --dtype f16 --backend cpu");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--dtype f16: expected bf16 or f32"), std::string::npos) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "never.h5"));
 }
 
 TEST(Bench, BadInputIsAUsageError) {

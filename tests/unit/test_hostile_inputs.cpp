@@ -16,6 +16,7 @@
 #include "core/sha256.h"
 #include "io/h5.h"
 #include "io/manifest.h"
+#include "io/png_io.h"
 #include "io/prompt_file.h"
 #include "io/weight_store.h"
 #include "pipeline/job.h"
@@ -201,16 +202,19 @@ TEST(HostileOutputs, ManifestLinesNamingFilesOutsideTheFolderAreNotRead) {
 // A weight file edited in place (a tensor scaled by 3) kept the checksum it was written with,
 // and resume took its images for those of the model that checksum names. Every read checks
 // the tensor's digest; a digest or checksum changed along with it is found when the file opens.
+// A tensor's bytes changed in the file, its digest and the checksums left as they were.
+static void scale_proj_out_in_place(const std::string& path) {
+  h5::File f = h5::File::open_rw(path);
+  h5::Group t = f.root().open_group("transformer");
+  Tensor w = t.read_tensor("proj_out.weight");
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] *= 3.0f;
+  t.overwrite_dataset("proj_out.weight", w.raw());
+}
+
 TEST(HostileWeights, ATensorEditedInPlaceIsRefused) {
   TempDir dir;
   fs::copy_file(test::tiny_model(), dir / "edited.h5");
-  {
-    h5::File f = h5::File::open_rw(dir / "edited.h5");
-    h5::Group t = f.root().open_group("transformer");
-    Tensor w = t.read_tensor("proj_out.weight");
-    for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] *= 3.0f;
-    t.overwrite_dataset("proj_out.weight", w.raw());
-  }
+  scale_proj_out_in_place(dir / "edited.h5");
   auto r = test::run(small_run(dir / "edited.h5", dir / "out", "--prompt x"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_TRUE(has(r.output, (dir / "edited.h5") + ":/transformer/proj_out.weight: its bytes do not match the digest "
@@ -244,8 +248,10 @@ TEST(HostileWeights, ATensorEditedInPlaceIsRefused) {
   EXPECT_NE(WeightStore::open(dir / "scaled.h5").checksum(), WeightStore::open(test::tiny_model()).checksum());
 }
 
-// The digest is the SHA-256 of the hex SHA-256 of each 4 MiB piece, as Python's hashlib says.
-TEST(HostileWeights, TheTensorDigestIsTheDocumentedOne) {
+// A digest is the hash of the concatenated hex hashes of each 4 MiB piece: format 3's with
+// XXH3-128 as the python xxhash package computes it (Debian's python3-xxhash, for Debian's
+// python3), format 2's with SHA-256 as hashlib does.
+TEST(HostileWeights, TheTensorDigestsAreTheDocumentedOnes) {
   const std::vector<float> small = test::random_floats(1000, 5);
   std::string bytes(reinterpret_cast<const char*>(small.data()), small.size() * 4);
   TempDir dir;
@@ -253,15 +259,76 @@ TEST(HostileWeights, TheTensorDigestIsTheDocumentedOne) {
   std::string big((size_t{4} << 20) * 3 + 4097, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 2654435761u) >> 13);
   test::write_text(dir / "big.bin", big);
-  auto r = test::run(fmt::format(
-      "python3 -c \"import hashlib,sys\n"
-      "for p in sys.argv[1:]:\n"
-      "  b = open(p, 'rb').read(); n = 4 << 20\n"
-      "  pieces = [b[i:i + n] for i in range(0, max(len(b), 1), n)]\n"
-      "  print(hashlib.sha256(''.join(hashlib.sha256(x).hexdigest() for x in pieces).encode()).hexdigest())\" {} {}",
-      dir / "small.bin", dir / "big.bin"));
+  const std::string reference =
+      "import sys\n"
+      "try:\n"
+      "  import xxhash\n"
+      "except ImportError:\n"
+      "  sys.exit('python3-xxhash is not installed (tools/install-deps.sh)')\n"
+      "import hashlib\n"
+      "xxh = lambda b: xxhash.xxh3_128_hexdigest(b)\n"
+      "sha = lambda b: hashlib.sha256(b).hexdigest()\n"
+      "for h in (xxh, sha):\n"
+      "  for p in sys.argv[1:]:\n"
+      "    b = open(p, 'rb').read(); n = 4 << 20\n"
+      "    pieces = [b[i:i + n] for i in range(0, max(len(b), 1), n)]\n"
+      "    print(h(''.join(h(x) for x in pieces).encode()))\n";
+  test::write_text(dir / "reference.py", reference);
+  auto r = test::run(fmt::format("/usr/bin/python3 {} {} {}", dir / "reference.py", dir / "small.bin", dir / "big.bin"));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.output, tensor_digest(bytes.data(), bytes.size()) + "\n" + tensor_digest(big.data(), big.size()) + "\n");
+  EXPECT_EQ(r.output, tensor_digest(bytes.data(), bytes.size()) + "\n" + tensor_digest(big.data(), big.size()) + "\n" +
+                          tensor_digest(bytes.data(), bytes.size(), DigestKind::Sha256Pieces) + "\n" +
+                          tensor_digest(big.data(), big.size(), DigestKind::Sha256Pieces) + "\n");
+}
+
+// `from` as a file of weight format 2 (SHA-256 digests, attribute sha256_4mib), as an older
+// ditbatch wrote it.
+static void write_format_2(const std::string& from, const std::string& to) {
+  fs::copy_file(from, to);
+  h5::File f = h5::File::open_rw(to);
+  h5::Group root = f.root();
+  root.set_attr("format_version", int64_t{2});
+  std::vector<std::pair<std::string, std::string>> sums;
+  for (const std::string& name : root.members()) {
+    if (!root.has_group(name)) continue;
+    h5::Group g = root.open_group(name);
+    std::vector<DatasetDigest> digests;
+    for (const std::string& member : g.members()) {
+      if (!g.has_dataset(member)) continue;
+      const Tensor t = g.read_tensor(member);
+      const std::string digest = tensor_digest(t.raw(), t.nbytes(), DigestKind::Sha256Pieces);
+      g.set_dataset_attr(member, "sha256_4mib", digest);
+      digests.push_back({member, std::string(dtype_name(t.dtype())), shape_str(t.shape()), digest});
+    }
+    const std::string sum = component_checksum(g.has_attr("config_json") ? g.attr_string("config_json") : "", digests);
+    root.set_attr("checksum." + name, sum);
+    sums.emplace_back(name, sum);
+  }
+  root.set_attr("checksum", file_checksum(sums));
+}
+
+// A file of format 2 loads as it did (its checksum, and so its finished images, stay valid),
+// and its SHA-256 digests are still checked on every read.
+TEST(HostileWeights, AFileOfFormat2StillLoadsAndIsChecked) {
+  TempDir dir;
+  write_format_2(test::tiny_model(), dir / "v2.h5");
+  const std::string out = dir / "out";
+  auto r = test::run(small_run(dir / "v2.h5", out, "--prompt x"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto again = test::run(small_run(dir / "v2.h5", out, "--prompt x"));
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(has(again.output, "0 done, 1 skipped, 0 failed")) << again.output;
+  // The same pixels as from the format-3 file: the same weights.
+  auto v3 = test::run(small_run(test::tiny_model(), dir / "out3", "--prompt x"));
+  ASSERT_EQ(v3.status, 0) << v3.output;
+  const std::string png = "000000-x.png";
+  EXPECT_EQ(read_png(out + "/" + png).rgb, read_png(dir / "out3" + "/" + png).rgb);
+
+  scale_proj_out_in_place(dir / "v2.h5");
+  auto edited = test::run(small_run(dir / "v2.h5", dir / "out4", "--prompt x"));
+  EXPECT_EQ(edited.status, 2) << edited.output;
+  EXPECT_TRUE(has(edited.output, (dir / "v2.h5") + ":/transformer/proj_out.weight: its bytes do not match the digest"))
+      << edited.output;
 }
 
 // ---- inputs that hang or exhaust memory --------------------------------------------------------
