@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <numeric>
+#include <set>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -46,6 +48,7 @@ struct GenerateOptions {
   int64_t max_sequence_length = kDefaultMaxSequenceLength;
   int device = -1, ranks_per_gpu = 1, threads = 0;
   bool no_selftest = false;
+  bool verify_outputs = false;
   int64_t array_index = -1, array_count = -1;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], each
   std::string scheduler, scheduler_config;
@@ -149,6 +152,45 @@ std::string validate_input(const GenerateOptions& o, const World& world, const L
     check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
   loras_json = loras.to_json();
   return jobs_to_json(jobs);
+}
+
+// --verify-outputs: every rank hashes its share of the slice's listed images (a million PNGs
+// are terabytes to read); every rank learns which ones changed in place, to make them again.
+std::set<int64_t> verify_outputs(const GenerateOptions& o, const std::vector<ImageJob>& jobs, const ArraySlice& slice,
+                                 const LoraSet& loras, const World& world, const Log& log) {
+  Stopwatch watch;
+  const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+  const auto [b, e] = contiguous_range(hi - lo, world.size(), world.rank());
+  std::vector<int64_t> mine(static_cast<size_t>(e - b));
+  std::iota(mine.begin(), mine.end(), lo + b);
+  std::string found = "[]", error;
+  try {
+    const WeightStore store = WeightStore::open(o.weights_path);
+    const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
+    found = nlohmann::json(outputs_changed_in_place(o.run.out_dir, jobs, mine, key, read_manifest(o.run.out_dir), log))
+                .dump();
+  } catch (const std::exception& ex) {  // the other ranks wait in the gather
+    error = ex.what();
+  }
+  std::string all = "[]";
+  const std::vector<std::string> parts = world.gather(nlohmann::json({found, error}).dump(), 0);
+  if (world.rank() == 0) {
+    nlohmann::json changed = nlohmann::json::array();
+    for (const std::string& part : parts) {
+      const auto j = nlohmann::json::parse(part);
+      if (!j[1].get<std::string>().empty()) error = j[1].get<std::string>();
+      for (const auto& i : nlohmann::json::parse(j[0].get<std::string>())) changed.push_back(i);
+    }
+    all = nlohmann::json({changed, error}).dump();
+  }
+  const auto result = nlohmann::json::parse(world.broadcast(all, 0));
+  if (!result[1].get<std::string>().empty()) fail("--verify-outputs: {}", result[1].get<std::string>());
+  std::set<int64_t> changed;
+  for (const auto& i : result[0]) changed.insert(i.get<int64_t>());
+  if (world.rank() == 0)
+    log.info("--verify-outputs: {} listed image(s) hashed on {} rank(s) in {:.1f} s; {} changed in place", hi - lo,
+             world.size(), watch.seconds(), changed.size());
+  return changed;
 }
 
 std::string default_run_id() {
@@ -281,6 +323,9 @@ int cmd_generate(const std::vector<std::string>& args) {
        "a diffusers scheduler_config.json (FlowMatchEulerDiscreteScheduler) in place of the weight file's")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
       ("overwrite", po::bool_switch(&o.run.overwrite), "make every image again, even if its PNG is complete")
+      ("verify-outputs", po::bool_switch(&o.verify_outputs),
+       "hash every listed image before resuming, spread over the ranks (a rerun otherwise trusts a file whose size, "
+       "mtime, inode and device are those listed); those whose bytes changed are made again")
       ("offload-text-encoder", po::bool_switch(&o.run.offload_text_encoder),
        "encode all prompts first, free the text encoder, then denoise (lower peak memory)")
       ("on-signal", po::value(&o.on_signal)->default_value("finish"),
@@ -365,6 +410,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
+  if (o.verify_outputs && !o.run.overwrite) o.run.remake = verify_outputs(o, jobs, slice, loras, world, log);
   int64_t remaining = 0;
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
   std::string start_error;             // any failure here: the other ranks wait in the broadcast
@@ -377,7 +423,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
     // One image left is enough to know: the ranks check the rest as they go.
     for (int64_t i = lo; i < hi && remaining == 0; ++i)
-      remaining += o.run.overwrite || !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
+      remaining += o.run.overwrite || o.run.remake.count(i) ||
+                   !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
     if (remaining > 0) {
       lock.emplace(o.run.out_dir, lo, hi);
       if (!lock->held())

@@ -28,6 +28,7 @@ const std::map<std::string, CommandInfo>& commands() {
       {"report", {cmd_report, "write DIR/report.html: gallery, failed images, timeline per rank"}},
       {"selftest", {cmd_selftest, "check that this node's backend can be trusted (ops, paths, pipeline, speed)"}},
       {"tokenize", {cmd_tokenize, "print the token ids of prompts (JSON lines on stdin)"}},
+      {"verify", {cmd_verify, "hash every image an output folder's manifest lists; name those that changed"}},
   };
   return table;
 }

@@ -22,6 +22,7 @@ int cmd_make_tiny(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_selftest(const std::vector<std::string>& args);
 int cmd_tokenize(const std::vector<std::string>& args);
+int cmd_verify(const std::vector<std::string>& args);
 
 // One stdin line of `ditbatch tokenize` (a JSON string, or a jsonl prompt object) -> its output
 // line, the ids as "[9707, 1879]\n" ("" for a blank line). With a template the text is wrapped

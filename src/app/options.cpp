@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 
 #include "core/error.h"
@@ -91,6 +92,22 @@ uint64_t parse_seed(const std::string& text, const std::string& option) {
   if (error != std::errc() || end != text.data() + text.size())
     fail_input("{} {}: expected an integer from 0 to 18446744073709551615", option, text);
   return seed;
+}
+
+bool parse_output_folder(const std::string& command, const std::string& about, const std::vector<std::string>& args,
+                         std::string& out_dir) {
+  po::options_description desc("options");
+  desc.add_options()("out", po::value(&out_dir)->required(), "the output folder of a generate run");
+  po::positional_options_description positional;
+  positional.add("out", 1);
+  po::variables_map vm;
+  if (!parse_options(command, "DIR", about, desc, &positional, args, vm)) return false;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec)) fail_input("{}: no such folder", out_dir);
+  if (!std::filesystem::exists(std::filesystem::path(out_dir) / "manifest.jsonl", ec) &&
+      !std::filesystem::is_directory(std::filesystem::path(out_dir) / ".manifest", ec))
+    fail_input("{}: no manifest.jsonl here (is it the --out folder of a generate run?)", out_dir);
+  return true;
 }
 
 }  // namespace ditbatch

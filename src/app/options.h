@@ -21,4 +21,10 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
 // 2^64 - 1). Throws InputError naming the option.
 uint64_t parse_seed(const std::string& text, const std::string& option);
 
+// The one positional argument of a command that reads an output folder (report, verify): DIR,
+// parsed; false if --help was printed. Throws InputError unless DIR is a folder that holds a
+// generate run's manifest.
+bool parse_output_folder(const std::string& command, const std::string& about, const std::vector<std::string>& args,
+                         std::string& out_dir);
+
 }  // namespace ditbatch

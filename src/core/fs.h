@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,16 @@ std::string non_regular_file(const std::string& path);
 // is refused, not waited on), else -1 with `why` set: "no such file", "a FIFO (named pipe)",
 // "a symbolic link" (with follow_links false: inside an output folder nothing is followed).
 int open_regular_file(const std::string& path, bool follow_links, std::string* why);
+
+// What a cheap check of a file we wrote compares, read by lstat (no byte of the file is read):
+// an edit in place, a truncation, a copy or a file put in its place changes one of them.
+struct FileStat {
+  int64_t size = 0, mtime_ns = 0;
+  uint64_t inode = 0, device = 0;
+  bool operator==(const FileStat&) const = default;
+};
+// The FileStat of `path` when it is a regular file (not followed through a symbolic link).
+std::optional<FileStat> stat_regular_file(const std::string& path);
 
 // The most bytes read_file reads (a prompt file of about a million long prompts); a larger
 // file is refused with its size, before it is read.

@@ -77,6 +77,13 @@ int64_t recorded_int(const nlohmann::json& record, const char* key) {
   return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
 }
 
+// The stat a rerun compares, taken right after the rename (which leaves size and mtime alone).
+nlohmann::json written_file_stat(const std::string& path) {
+  const std::optional<FileStat> st = stat_regular_file(path);
+  if (!st) fail("{}: is gone right after it was written", path);
+  return file_stat_record(*st);
+}
+
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
@@ -142,34 +149,32 @@ const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlo
   return &it->second;
 }
 
-// A file a manifest line lists (the PNG under "file", the latents under "latents_file") is
-// still there as written: the line holds the sha256 of the bytes written, and a match proves
-// the file whole and unchanged (no need to decode it). Only a plain name inside the folder, of
-// a regular file that is not a symbolic link, can be one: a manifest in a folder others may
-// write to could name "../../dev/zero" (read forever) or a link to a file elsewhere.
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, const char* file_key = "file",
-                          const char* sha256_key = "sha256") {
-  const auto it = record.find(file_key);
-  if (it == record.end() || !it->is_string() || !is_plain_file_name(it->get<std::string>())) return false;
-  const int fd = open_regular_file(out_dir + "/" + it->get<std::string>(), false, nullptr);
-  if (fd < 0) return false;
-  std::string sha256;
-  try {
-    sha256 = sha256_fd(fd);
-  } catch (const InputError&) {  // unreadable: not whole
-  }
-  ::close(fd);
-  return !sha256.empty() && sha256 == recorded_string(record, sha256_key);
-}
-
 }  // namespace
 
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
-                       const std::map<int64_t, nlohmann::json>& manifest) {
+                       const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust) {
   const nlohmann::json* record = listed_ok(job, manifest);
-  if (!record || !changed_settings(job, key, *record).empty() || !listed_file_is_whole(out_dir, *record)) return false;
+  if (!record || !changed_settings(job, key, *record).empty() || !listed_file_is_whole(out_dir, *record, false, trust))
+    return false;
   // --output-type latent: the latents file is part of the image (listed since it was written).
-  return !key.with_latents || listed_file_is_whole(out_dir, *record, "latents_file", "latents_sha256");
+  return !key.with_latents || listed_file_is_whole(out_dir, *record, true, trust);
+}
+
+std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                              const std::vector<int64_t>& indices, const ResumeKey& key,
+                                              const std::map<int64_t, nlohmann::json>& manifest, const Log& log) {
+  std::vector<int64_t> changed;
+  for (const int64_t i : indices) {
+    const ImageJob& job = jobs[static_cast<size_t>(i)];
+    if (!image_is_complete(out_dir, job, key, manifest, OutputTrust::Stat) ||
+        image_is_complete(out_dir, job, key, manifest, OutputTrust::Hash))
+      continue;
+    changed.push_back(i);
+    log.warn("{}/{}: its bytes differ from the sha256 the manifest lists, though its size and mtime do not: made "
+             "again",
+             out_dir, job.file_stem + ".png");
+  }
+  return changed;
 }
 
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
@@ -185,7 +190,7 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
     auto changes = changed_settings(job, key, record);
     const std::string file = recorded_string(record, "file");
     if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
-    if (changes.empty() || !listed_file_is_whole(out_dir, record)) continue;
+    if (changes.empty() || !listed_file_is_whole(out_dir, record, false, OutputTrust::Stat)) continue;
     if (++count <= 3) found.push_back(fmt::format("{} ({})", file, fmt::join(changes, "; ")));
   }
   if (count > 0)
@@ -276,7 +281,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
   const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser};
   auto done_already = [&](const ImageJob& job) {
-    return !opt.overwrite && image_is_complete(opt.out_dir, job, key, previous);
+    return !opt.overwrite && !opt.remake.count(job.index) && image_is_complete(opt.out_dir, job, key, previous);
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.
@@ -383,11 +388,13 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
         const std::string bytes =
             write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
         png_written = true;
+        record["file_stat"] = written_file_stat(png);
         if (opt.write_latents) {
           const std::string latents = job.file_stem + ".latents.h5";
           write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
           record["latents_file"] = latents;
           record["latents_sha256"] = sha256_file(opt.out_dir + "/" + latents);
+          record["latents_file_stat"] = written_file_stat(opt.out_dir + "/" + latents);
         }
         record["sha256"] = sha256_hex(bytes);
       } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "io/png_io.h"
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/job.h"
+#include "pipeline/output_check.h"
 #include "pipeline/progress.h"
 #include "pipeline/qwen_image_pipeline.h"
 
@@ -57,6 +59,7 @@ struct RunOptions {
   std::string run_id;                  // names this run's manifest part
   int rank = 0;
   std::string host;
+  std::set<int64_t> remake;            // listed as complete, but --verify-outputs found their bytes changed
 };
 
 struct RunSummary {
@@ -83,11 +86,18 @@ struct ResumeKey {
 };
 
 // The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
-// the same file, records the settings this job asks for (changed_settings is empty) and the
-// sha256 of the file on disk, and of its latents file when the key asks for one.
+// the same file, records the settings this job asks for (changed_settings is empty), and the
+// file on disk (and its latents file when the key asks for one) is whole: its stat matches the
+// one listed, or its sha256 does (always the sha256 with OutputTrust::Hash).
 std::string png_path(const std::string& out_dir, const ImageJob& job);
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
-                       const std::map<int64_t, nlohmann::json>& manifest);
+                       const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust = OutputTrust::Stat);
+
+// --verify-outputs: of `indices`, the images a rerun would trust as complete by their stat
+// whose bytes no longer match their sha256 (each is named in a warning): they are made again.
+std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                              const std::vector<int64_t>& indices, const ResumeKey& key,
+                                              const std::map<int64_t, nlohmann::json>& manifest, const Log& log);
 
 // What the image of a manifest line was made with that `job` would make differently, one item
 // per setting: "steps 20, now 50". Empty when every setting that decides the pixels agrees

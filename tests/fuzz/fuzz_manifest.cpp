@@ -64,7 +64,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!image_is_complete(fx.out.path(), job, key, manifest)) continue;
         const auto& record = manifest.at(job.index);
         const std::string png = fx.out / (job.file_stem + ".png");
-        if (!file_exists(png) || !record.at("sha256").is_string() || sha256_file(png) != record.at("sha256"))
+        // Trusted without a read only when the stat listed is the file's own (size, mtime in
+        // ns, inode, device: a line can name them only by copying them from this very file).
+        const bool stat_listed = file_exists(png) && stat_regular_file(png) == recorded_file_stat(record, "file_stat");
+        if (!file_exists(png) || !record.at("sha256").is_string() ||
+            (!stat_listed && sha256_file(png) != record.at("sha256")))
           fuzz::finding("image " + std::to_string(job.index) +
                         " counts as complete, but its PNG is not the one listed");
       }
