@@ -115,9 +115,11 @@ void check_cpu_run(const WeightStore& weights, const std::vector<ImageJob>& jobs
            plan.image_flops, rate / 1e9);
 }
 
-// Everything the user wrote, checked by rank 0 before any weight is read: the job list as JSON
-// (and the LoRA set, every file read and checked against the transformer, as JSON).
-std::string validate_input(const GenerateOptions& o, const World& world, const Log& log, std::string& loras_json) {
+// Everything the user wrote, checked by rank 0 before any weight is read: the job list (and the
+// LoRA set, every file read and checked against the transformer, as JSON; and what the folder's
+// manifest says of each image, read once here for the whole start).
+std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& world, const Log& log,
+                                     std::string& loras_json, PreviousImages& previous) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
@@ -148,10 +150,13 @@ std::string validate_input(const GenerateOptions& o, const World& world, const L
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
   if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(weights, jobs, o, world, log);
   check_output_dir(o.run.out_dir);
-  if (!o.run.overwrite)
-    check_previous_images(o.run.out_dir, jobs, {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
+  if (!o.run.overwrite) {
+    previous = scan_previous_images(o.run.out_dir, jobs,
+                                    {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
+    check_previous_images(o.run.out_dir, previous);
+  }
   loras_json = loras.to_json();
-  return jobs_to_json(jobs);
+  return jobs;
 }
 
 // --verify-outputs: every rank hashes its share of the slice's listed images (a million PNGs
@@ -161,14 +166,11 @@ std::set<int64_t> verify_outputs(const GenerateOptions& o, const std::vector<Ima
   Stopwatch watch;
   const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
   const auto [b, e] = contiguous_range(hi - lo, world.size(), world.rank());
-  std::vector<int64_t> mine(static_cast<size_t>(e - b));
-  std::iota(mine.begin(), mine.end(), lo + b);
   std::string found = "[]", error;
   try {
     const WeightStore store = WeightStore::open(o.weights_path);
     const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
-    found = nlohmann::json(outputs_changed_in_place(o.run.out_dir, jobs, mine, key, read_manifest(o.run.out_dir), log))
-                .dump();
+    found = nlohmann::json(outputs_changed_in_place(o.run.out_dir, jobs, lo + b, lo + e, key, log)).dump();
   } catch (const std::exception& ex) {  // the other ranks wait in the gather
     error = ex.what();
   }
@@ -191,6 +193,14 @@ std::set<int64_t> verify_outputs(const GenerateOptions& o, const std::vector<Ima
     log.info("--verify-outputs: {} listed image(s) hashed on {} rank(s) in {:.1f} s; {} changed in place", hi - lo,
              world.size(), watch.seconds(), changed.size());
   return changed;
+}
+
+bool report_is_older_than_manifest(const std::string& out_dir) {
+  std::error_code ec;
+  const auto report = std::filesystem::last_write_time(out_dir + "/report.html", ec);
+  if (ec) return true;
+  const auto manifest = std::filesystem::last_write_time(out_dir + "/manifest.jsonl", ec);
+  return !ec && report < manifest;
 }
 
 std::string default_run_id() {
@@ -390,10 +400,12 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
   for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
-  std::string jobs_json, loras_json, error;
+  std::string loras_json, error;
+  std::vector<ImageJob> jobs;
+  PreviousImages previous;  // rank 0's
   if (world.rank() == 0) {
     try {
-      jobs_json = validate_input(o, world, log, loras_json);
+      jobs = validate_input(o, world, log, loras_json, previous);
     } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
       error = e.what();
       if (error.empty()) error = "checking the input failed";
@@ -404,7 +416,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (world.rank() == 0) throw InputError(error);
     return 2;
   }
-  const std::vector<ImageJob> jobs = jobs_from_json(world.broadcast(jobs_json, 0));
+  // (one process: the list as it is; a million jobs take seconds to write and read as JSON)
+  if (world.size() > 1) jobs = jobs_from_json(world.broadcast(world.rank() == 0 ? jobs_to_json(jobs) : "", 0));
   const LoraSet loras = LoraSet::from_json(world.broadcast(loras_json, 0));
   o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
 
@@ -412,19 +425,16 @@ int cmd_generate(const std::vector<std::string>& args) {
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
   if (o.verify_outputs && !o.run.overwrite) o.run.remake = verify_outputs(o, jobs, slice, loras, world, log);
   int64_t remaining = 0;
+  std::vector<uint8_t> complete;       // per job index, rank 0's, from the scan made at validation
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
   std::string start_error;             // any failure here: the other ranks wait in the broadcast
   if (world.rank() == 0) try {
     for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
       log.info("removed {} (left by a killed writer)", orphan);
     const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
-    const auto manifest = o.run.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(o.run.out_dir);
-    const WeightStore store = WeightStore::open(o.weights_path);
-    const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
-    // One image left is enough to know: the ranks check the rest as they go.
-    for (int64_t i = lo; i < hi && remaining == 0; ++i)
-      remaining += o.run.overwrite || o.run.remake.count(i) ||
-                   !image_is_complete(o.run.out_dir, jobs[static_cast<size_t>(i)], key, manifest);
+    complete = o.run.overwrite ? std::vector<uint8_t>(jobs.size(), 0) : previous.complete_flags();
+    for (const int64_t i : o.run.remake) complete[static_cast<size_t>(i)] = 0;
+    remaining = std::count(complete.begin() + lo, complete.begin() + hi, uint8_t{0});
     if (remaining > 0) {
       lock.emplace(o.run.out_dir, lo, hi);
       if (!lock->held())
@@ -445,8 +455,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {
-      merge_manifest(o.run.out_dir);
-      write_run_report_after_run(o.run.out_dir, log);
+      bool folded = false;
+      merge_manifest(o.run.out_dir, &folded);
+      // The report of a folder nothing was added to is the one there (a million-image page takes
+      // longer to write than the rest of this rerun).
+      if (folded || report_is_older_than_manifest(o.run.out_dir)) write_run_report_after_run(o.run.out_dir, log);
       const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
       log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); {}, weights not read", hi - lo,
                wall.seconds(), world.size(),
@@ -455,6 +468,9 @@ int cmd_generate(const std::vector<std::string>& args) {
     }
     return 0;
   }
+  // Every rank skips what rank 0 found complete (one byte an image; the ranks read no manifest).
+  const std::string flags = world.broadcast(world.rank() == 0 ? std::string(complete.begin(), complete.end()) : "", 0);
+  o.run.complete = std::vector<uint8_t>(flags.begin(), flags.end());
   o.run.rank = world.rank();
   o.run.host = world.host();
   if (world.rank() == 0)

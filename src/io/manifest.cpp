@@ -7,9 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ext/stdio_filebuf.h>
+#include <algorithm>
 #include <filesystem>
-#include <istream>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <vector>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -72,22 +76,46 @@ void ManifestPart::append(const nlohmann::json& line) {
 
 namespace {
 
-void read_lines_into(const fs::path& path, std::map<int64_t, nlohmann::json>& out) {
-  // Only a regular file, never through a link, never blocking: else it holds no lines of ours.
+// Calls `line` with each whole line of a regular file (never through a link, never blocking:
+// else it holds no lines of ours) and the byte offset it starts at. A last line without its
+// newline was cut by a kill: not passed on.
+void for_each_raw_line(const fs::path& path, const std::function<void(std::string_view, uint64_t)>& line) {
   const int fd = open_regular_file(path.string(), false, nullptr);
   if (fd < 0) return;
-  __gnu_cxx::stdio_filebuf<char> buffer(fd, std::ios::in);  // closes fd
-  std::istream in(&buffer);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no trailing newline: a line cut by a kill
-    try {
-      nlohmann::json j = nlohmann::json::parse(line);
-      if (j.is_object() && j.contains("index") && j["index"].is_number_integer()) out[j["index"].get<int64_t>()] = j;
-    } catch (const nlohmann::json::exception&) {
-      // a torn line from a killed writer: its image is simply not done
+  std::vector<char> buffer(size_t{1} << 22);
+  size_t have = 0;        // bytes in buffer
+  uint64_t consumed = 0;  // file offset of buffer[0]
+  for (;;) {
+    if (have == buffer.size()) buffer.resize(buffer.size() * 2);  // a line longer than the buffer
+    const ssize_t n = ::read(fd, buffer.data() + have, buffer.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    const size_t end = have + static_cast<size_t>(n);
+    size_t start = 0;
+    for (size_t nl; (nl = std::string_view(buffer.data() + start, end - start).find('\n')) != std::string_view::npos;) {
+      line(std::string_view(buffer.data() + start, nl), consumed + start);
+      start += nl + 1;
     }
+    std::memmove(buffer.data(), buffer.data() + start, end - start);
+    have = end - start;
+    consumed += start;
   }
+  ::close(fd);
+}
+
+// The index of a manifest line, parsed, or nullopt (a torn line from a killed writer, or not an
+// object with an integer index: its image is simply not done).
+std::optional<nlohmann::json> parse_line(std::string_view text, const std::set<std::string>* keep) {
+  // Fields no reader of this pass needs (timings, host, ...) are dropped as they are parsed.
+  const nlohmann::json::parser_callback_t drop_others = [keep](int depth, nlohmann::json::parse_event_t event,
+                                                              nlohmann::json& parsed) {
+    return depth != 1 || event != nlohmann::json::parse_event_t::key || keep->count(parsed.get_ref<const std::string&>());
+  };
+  nlohmann::json j = nlohmann::json::parse(text, keep ? drop_others : nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  const auto it = j.find("index");
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return j;
 }
 
 std::vector<fs::path> part_files(const std::string& out_dir) {
@@ -108,30 +136,99 @@ std::vector<fs::path> part_files(const std::string& out_dir) {
 
 }  // namespace
 
+void for_each_manifest_line(const std::string& out_dir,
+                            const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
+                            const std::set<std::string>& fields) {
+  std::set<std::string> keep = fields;
+  if (!keep.empty()) keep.insert("index");
+  auto each = [&](const fs::path& path) {
+    for_each_raw_line(path, [&](std::string_view text, uint64_t) {
+      if (const auto j = parse_line(text, keep.empty() ? nullptr : &keep)) visit((*j)["index"].get<int64_t>(), *j);
+    });
+  };
+  each(fs::path(out_dir) / "manifest.jsonl");
+  for (const auto& part : part_files(out_dir)) each(part);
+}
+
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir) {
   std::map<int64_t, nlohmann::json> lines;
-  read_lines_into(fs::path(out_dir) / "manifest.jsonl", lines);
-  for (const auto& part : part_files(out_dir)) read_lines_into(part, lines);
+  for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& line) { lines[index] = line; });
   return lines;
 }
 
-size_t merge_manifest(const std::string& out_dir) {
+namespace {
+
+// Where the last line of each index is: the file (0: manifest.jsonl, then the parts), offset
+// and length. 24 bytes an image: a million-image manifest is merged without holding its lines.
+struct LineSpot {
+  int64_t index;
+  uint64_t offset;
+  uint32_t length, file;
+};
+
+}  // namespace
+
+size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   const std::string lock_path = (fs::path(out_dir) / ".manifest.lock").string();
   const int lock = open_own_file(lock_path, O_RDWR, "as the manifest's lock");
   ::flock(lock, LOCK_EX);
   // Parts whose writer is gone are locked (by us) before reading, so nothing can be appended
   // to them between the read and their removal; live parts are read and kept.
   std::vector<std::pair<fs::path, int>> finished_parts;
-  for (const auto& part : part_files(out_dir)) {
+  const std::vector<fs::path> parts = part_files(out_dir);
+  for (const auto& part : parts) {
     const int fd = open_regular_file(part.string(), false, nullptr);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) finished_parts.emplace_back(part, fd);
     else ::close(fd);
   }
-  const auto lines = read_manifest(out_dir);
-  std::string text;
-  for (const auto& [index, line] : lines) text += line.dump() + "\n";
-  write_file_atomic((fs::path(out_dir) / "manifest.jsonl").string(), text);
+  if (parts.empty()) {  // merged already: nothing to read (a million lines take seconds to parse)
+    size_t lines = 0;
+    const fs::path manifest = fs::path(out_dir) / "manifest.jsonl";
+    for_each_raw_line(manifest, [&](std::string_view, uint64_t) { ++lines; });
+    std::error_code missing;
+    if (!fs::exists(fs::symlink_status(manifest, missing))) write_file_atomic(manifest.string(), "");  // a run made none yet
+    if (folded_any) *folded_any = false;
+    std::error_code ec;
+    fs::remove(fs::path(out_dir) / kPartsDir, ec);  // only if empty
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    return lines;
+  }
+  std::vector<fs::path> files = {fs::path(out_dir) / "manifest.jsonl"};
+  files.insert(files.end(), parts.begin(), parts.end());
+  std::vector<LineSpot> spots;
+  const std::set<std::string> index_only = {"index"};
+  for (uint32_t f = 0; f < files.size(); ++f)
+    for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset) {
+      if (const auto j = parse_line(text, &index_only))
+        spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
+    });
+  // By index, the last line read winning (a later part is a later run's).
+  std::stable_sort(spots.begin(), spots.end(), [](const LineSpot& a, const LineSpot& b) { return a.index < b.index; });
+  size_t lines = 0;
+  {
+    std::vector<int> fds;
+    for (const auto& file : files) fds.push_back(open_regular_file(file.string(), false, nullptr));
+    TempFile out((fs::path(out_dir) / "manifest.jsonl").string());
+    std::string text, line;
+    for (size_t i = 0; i < spots.size(); ++i) {
+      if (i + 1 < spots.size() && spots[i + 1].index == spots[i].index) continue;
+      const LineSpot& s = spots[i];
+      line.resize(s.length);
+      if (::pread(fds[s.file], line.data(), s.length, static_cast<off_t>(s.offset)) != static_cast<ssize_t>(s.length))
+        fail("{}: cannot read it back while merging the manifest: {}", files[s.file].string(), std::strerror(errno));
+      text += line;
+      text += '\n';
+      ++lines;
+      if (text.size() >= (size_t{1} << 22)) out.write(text.data(), text.size()), text.clear();
+    }
+    out.write(text.data(), text.size());
+    for (const int fd : fds)
+      if (fd >= 0) ::close(fd);
+    out.commit();
+  }
+  if (folded_any) *folded_any = true;
   for (const auto& [part, fd] : finished_parts) {
     fs::remove(part);
     ::close(fd);
@@ -140,7 +237,7 @@ size_t merge_manifest(const std::string& out_dir) {
   fs::remove(fs::path(out_dir) / kPartsDir, ec);  // only if empty
   ::flock(lock, LOCK_UN);
   ::close(lock);
-  return lines.size();
+  return lines;
 }
 
 }  // namespace ditbatch

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 namespace ditbatch {
@@ -27,13 +29,21 @@ class ManifestPart {
   int fd_ = -1;
 };
 
-// Every manifest line found in DIR (manifest.jsonl, then the parts), the last one per index.
-// A line cut by a kill (no newline, bad JSON) is ignored: its image will be made again.
+// Every manifest line found in DIR, in the order read (manifest.jsonl, then the parts oldest
+// first: for an index, the last line visited is the one that counts), one line parsed at a time
+// (a million lines are never all held). A line cut by a kill (no newline, bad JSON), or one that
+// is not an object with an integer "index", is skipped: its image will be made again.
+// With `fields`, each line holds only those (and "index"): the others are dropped as parsed.
+void for_each_manifest_line(const std::string& out_dir,
+                            const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
+                            const std::set<std::string>& fields = {});
+// All of them, the last one per index (for a folder of a size that fits in memory as JSON).
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
-// Rewrites DIR/manifest.jsonl atomically from read_manifest(), sorted by index, and removes the
-// parts it folded in whose writer is gone (a live writer holds a lock on its part: another
-// array task may still be appending). Serialised by a lock file, so concurrent array tasks
-// merging into one folder lose nothing. Returns the number of lines.
-size_t merge_manifest(const std::string& out_dir);
+// Rewrites DIR/manifest.jsonl atomically, the last line per index, sorted by index, and removes
+// the parts it folded in whose writer is gone (a live writer holds a lock on its part: another
+// array task may still be appending). With no part there, manifest.jsonl is left as it is.
+// Serialised by a lock file, so concurrent array tasks merging into one folder lose nothing.
+// Returns the number of lines; `folded_any` says whether a part was there.
+size_t merge_manifest(const std::string& out_dir, bool* folded_any = nullptr);
 
 }  // namespace ditbatch

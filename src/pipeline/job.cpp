@@ -5,7 +5,7 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -103,7 +103,8 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
   const double cfg = check_cfg(d.cfg, "--cfg");
   check_prompt_text(d.negative_prompt, "negative_prompt", "--negative-prompt");
   std::vector<ImageJob> jobs;
-  std::map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
+  std::unordered_map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
+  stems.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const PromptEntry& e = entries[i];
     ImageJob j;

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "core/build_info.h"
@@ -95,7 +96,6 @@ OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenIm
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
 
 std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record) {
-  const nlohmann::json now = job_record(job);
   std::vector<std::string> changes;
   auto shown = [](const nlohmann::json& v) {
     if (v.is_number_float()) return fmt::format("{}", v.get<float>());  // cfg: 4.1, not 4.099999904632568
@@ -108,15 +108,29 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
     }
     return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
+  // Compared without building the job's record (a rerun compares a million of them): strings
+  // as strings, numbers by value as JSON compares them.
+  const std::string negative = job.true_cfg ? job.negative_prompt : "";
+  auto same_string = [](nlohmann::json::const_iterator it, const std::string& now) {
+    return it->is_string() && it->get_ref<const std::string&>() == now;
+  };
+  std::optional<nlohmann::json> now;  // the job's record, for the message only
   for (const char* key : {"prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg"}) {
     const auto it = record.find(key);
+    const std::string_view k = key;
     // cfg is written from a float: compare it as one (4.1f comes back as 4.099999904632568).
     const bool same = it != record.end() &&
-                      (std::string(key) == "cfg" ? it->is_number() && it->get<float>() == now[key].get<float>()
-                                                 : *it == now[key]);
-    if (!same)
-      changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
-                                    shown(now[key])));
+                      (k == "prompt"            ? same_string(it, job.prompt)
+                       : k == "negative_prompt" ? same_string(it, negative)
+                       : k == "seed"            ? *it == nlohmann::json(job.seed)
+                       : k == "width"           ? *it == nlohmann::json(job.width)
+                       : k == "height"          ? *it == nlohmann::json(job.height)
+                       : k == "steps"           ? *it == nlohmann::json(job.steps)
+                                                : it->is_number() && it->get<float>() == (job.true_cfg ? job.cfg : 1.0f));
+    if (same) continue;
+    if (!now) now = job_record(job);
+    changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
+                                  shown((*now)[key])));
   }
   const std::string made_with = recorded_string(record, "model_checksum");
   if (made_with != key.model_checksum)
@@ -140,64 +154,102 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
 
 namespace {
 
-// The manifest line of an image listed "ok" under this job's file name, or null.
-const nlohmann::json* listed_ok(const ImageJob& job, const std::map<int64_t, nlohmann::json>& manifest) {
-  const auto it = manifest.find(job.index);
-  if (it == manifest.end() || recorded_string(it->second, "status") != "ok" ||
-      recorded_string(it->second, "file") != job.file_stem + ".png")
-    return nullptr;
-  return &it->second;
+// What one manifest line says of `job`'s image. `other` gets "file (changes)" for OtherSettings.
+PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
+                               const nlohmann::json& record, OutputTrust trust, std::string* other) {
+  if (recorded_string(record, "status") != "ok") return PreviousImages::Incomplete;
+  // Settings first (no read), then only a PNG that is still there and whole matters. Another
+  // file at this index (a changed prompt list) counts too: the manifest would drop its line.
+  auto changes = changed_settings(job, key, record);
+  const std::string file = recorded_string(record, "file");
+  if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
+  if (!changes.empty()) {
+    if (!listed_file_is_whole(out_dir, record, false, OutputTrust::Stat)) return PreviousImages::Incomplete;
+    if (other) *other = fmt::format("{} ({})", file, fmt::join(changes, "; "));
+    return PreviousImages::OtherSettings;
+  }
+  // --output-type latent: the latents file is part of the image (listed since it was written).
+  const bool whole = listed_file_is_whole(out_dir, record, false, trust) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, record, true, trust));
+  return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
 }
 
 }  // namespace
 
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
                        const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust) {
-  const nlohmann::json* record = listed_ok(job, manifest);
-  if (!record || !changed_settings(job, key, *record).empty() || !listed_file_is_whole(out_dir, *record, false, trust))
-    return false;
-  // --output-type latent: the latents file is part of the image (listed since it was written).
-  return !key.with_latents || listed_file_is_whole(out_dir, *record, true, trust);
+  const auto it = manifest.find(job.index);
+  return it != manifest.end() && state_of(out_dir, job, key, it->second, trust, nullptr) == PreviousImages::Complete;
+}
+
+int64_t PreviousImages::count(State s, int64_t begin, int64_t end) const {
+  return std::count(state.begin() + begin, state.begin() + end, static_cast<uint8_t>(s));
+}
+
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key, int64_t begin, int64_t end,
+                                    std::vector<int64_t>* changed_in_place) {
+  PreviousImages previous;
+  previous.state.assign(jobs.size(), PreviousImages::Absent);
+  std::vector<uint8_t> changed(changed_in_place ? jobs.size() : 0);
+  constexpr size_t kExamplesKept = 1000;  // the message names three; overridden lines drop theirs
+  // What state_of reads (changed_settings, changed_denoiser_settings, listed_file_is_whole).
+  static const std::set<std::string> kResumeFields = {
+      "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat", "prompt",
+      "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
+      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
+  for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& record) {
+    if (index < begin || index >= end || index >= std::ssize(jobs)) return;
+    const ImageJob& job = jobs[static_cast<size_t>(index)];
+    std::string other;
+    auto state = state_of(out_dir, job, key, record, OutputTrust::Stat, &other);
+    previous.examples.erase(index);
+    if (state == PreviousImages::OtherSettings && previous.examples.size() < kExamplesKept)
+      previous.examples.emplace(index, std::move(other));
+    if (changed_in_place) {
+      const bool by_hash = state == PreviousImages::Complete &&
+                           state_of(out_dir, job, key, record, OutputTrust::Hash, nullptr) != PreviousImages::Complete;
+      changed[static_cast<size_t>(index)] = by_hash;
+      if (by_hash) state = PreviousImages::Incomplete;
+    }
+    previous.state[static_cast<size_t>(index)] = state;
+  }, kResumeFields);
+  if (changed_in_place)
+    for (size_t i = 0; i < changed.size(); ++i)
+      if (changed[i]) changed_in_place->push_back(static_cast<int64_t>(i));
+  return previous;
+}
+
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key) {
+  return scan_previous_images(out_dir, jobs, key, 0, std::ssize(jobs), nullptr);
 }
 
 std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const std::vector<ImageJob>& jobs,
-                                              const std::vector<int64_t>& indices, const ResumeKey& key,
-                                              const std::map<int64_t, nlohmann::json>& manifest, const Log& log) {
+                                              int64_t begin, int64_t end, const ResumeKey& key, const Log& log) {
   std::vector<int64_t> changed;
-  for (const int64_t i : indices) {
-    const ImageJob& job = jobs[static_cast<size_t>(i)];
-    if (!image_is_complete(out_dir, job, key, manifest, OutputTrust::Stat) ||
-        image_is_complete(out_dir, job, key, manifest, OutputTrust::Hash))
-      continue;
-    changed.push_back(i);
+  scan_previous_images(out_dir, jobs, key, begin, end, &changed);
+  for (const int64_t i : changed)
     log.warn("{}/{}: its bytes differ from the sha256 the manifest lists, though its size and mtime do not: made "
              "again",
-             out_dir, job.file_stem + ".png");
-  }
+             out_dir, jobs[static_cast<size_t>(i)].file_stem + ".png");
   return changed;
 }
 
-void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
-  const auto manifest = read_manifest(out_dir);
+void check_previous_images(const std::string& out_dir, const PreviousImages& previous) {
+  const int64_t count = previous.count(PreviousImages::OtherSettings, 0, std::ssize(previous.state));
   std::vector<std::string> found;
-  int64_t count = 0;
-  for (const ImageJob& job : jobs) {
-    const auto it = manifest.find(job.index);
-    if (it == manifest.end() || recorded_string(it->second, "status") != "ok") continue;
-    const nlohmann::json& record = it->second;
-    // Settings first (no read), then only a PNG that is still there and whole matters. Another
-    // file at this index (a changed prompt list) counts too: the manifest would drop its line.
-    auto changes = changed_settings(job, key, record);
-    const std::string file = recorded_string(record, "file");
-    if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
-    if (changes.empty() || !listed_file_is_whole(out_dir, record, false, OutputTrust::Stat)) continue;
-    if (++count <= 3) found.push_back(fmt::format("{} ({})", file, fmt::join(changes, "; ")));
-  }
+  for (auto it = previous.examples.begin(); it != previous.examples.end() && found.size() < 3; ++it)
+    found.push_back(it->second);
   if (count > 0)
     fail_input("--out {}: {} image(s) there were made with other settings than this run asks for: {}{}. Give "
                "another --out (in a job script: DITBATCH_OUT), or --overwrite to make them again with these settings "
                "(not in a job that requeues: it would start over at each requeue)",
                out_dir, count, fmt::join(found, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
+}
+
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
+  check_previous_images(out_dir, scan_previous_images(out_dir, jobs, key));
 }
 
 PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
@@ -278,10 +330,12 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
                               {"model", provenance.model_name}, {"model_checksum", provenance.model_checksum},
                               {"images", jobs.size()}},
                              log);
-  const auto previous = opt.overwrite ? std::map<int64_t, nlohmann::json>{} : read_manifest(opt.out_dir);
   const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser};
+  const std::vector<uint8_t> complete =
+      opt.overwrite ? std::vector<uint8_t>(jobs.size(), 0)
+                    : (opt.complete ? *opt.complete : scan_previous_images(opt.out_dir, jobs, key).complete_flags());
   auto done_already = [&](const ImageJob& job) {
-    return !opt.overwrite && !opt.remake.count(job.index) && image_is_complete(opt.out_dir, job, key, previous);
+    return !opt.remake.count(job.index) && complete[static_cast<size_t>(job.index)];
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.

@@ -3,6 +3,8 @@
 // changes the WorkSource; nothing here knows about ranks beyond a number for the records.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -60,6 +62,9 @@ struct RunOptions {
   int rank = 0;
   std::string host;
   std::set<int64_t> remake;            // listed as complete, but --verify-outputs found their bytes changed
+  // Per job index, 1 where the image is complete (rank 0's scan_previous_images, sent to every
+  // rank); when not given, run_generation scans the folder itself.
+  std::optional<std::vector<uint8_t>> complete;
 };
 
 struct RunSummary {
@@ -93,11 +98,33 @@ std::string png_path(const std::string& out_dir, const ImageJob& job);
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
                        const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust = OutputTrust::Stat);
 
-// --verify-outputs: of `indices`, the images a rerun would trust as complete by their stat
-// whose bytes no longer match their sha256 (each is named in a warning): they are made again.
+// What a folder's manifest says of each image of a job list, read in one pass over its lines
+// (one line held at a time: a million-line manifest is never all in memory): per job index,
+// whether its last line lists it complete (settings unchanged, its files whole by their stat or
+// sha256), made with other settings (its PNG still there), or neither.
+struct PreviousImages {
+  enum State : uint8_t { Absent = 0, Complete = 1, OtherSettings = 2, Incomplete = 3 };
+  std::vector<uint8_t> state;                 // per job index
+  std::map<int64_t, std::string> examples;    // "file (changes)" of OtherSettings images, the first ones
+  int64_t count(State s, int64_t begin, int64_t end) const;
+  std::vector<uint8_t> complete_flags() const {
+    std::vector<uint8_t> flags(state.size());
+    for (size_t i = 0; i < state.size(); ++i) flags[i] = state[i] == Complete;
+    return flags;
+  }
+};
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key);
+// Only the lines of indices [begin, end); with changed_in_place, every image complete by its
+// stat is hashed too, and those whose bytes changed are listed there and counted incomplete.
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key, int64_t begin, int64_t end,
+                                    std::vector<int64_t>* changed_in_place);
+
+// --verify-outputs: of the images [begin, end), those a rerun would trust as complete by their
+// stat whose bytes no longer match their sha256 (each is named in a warning): made again.
 std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const std::vector<ImageJob>& jobs,
-                                              const std::vector<int64_t>& indices, const ResumeKey& key,
-                                              const std::map<int64_t, nlohmann::json>& manifest, const Log& log);
+                                              int64_t begin, int64_t end, const ResumeKey& key, const Log& log);
 
 // What the image of a manifest line was made with that `job` would make differently, one item
 // per setting: "steps 20, now 50". Empty when every setting that decides the pixels agrees
@@ -110,6 +137,7 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
 // them skipped as done (the folder would not hold what the run asked for) or replaced or
 // dropped from the manifest. Throws InputError naming them; --overwrite skips this.
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key);
+void check_previous_images(const std::string& out_dir, const PreviousImages& previous);
 
 RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
                           const RunOptions& options, const OutputProvenance& provenance, Progress& progress,
