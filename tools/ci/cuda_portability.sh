@@ -166,7 +166,7 @@ libs=("$nv/cuda_runtime/lib" "$nv/cublas/lib" "$nv/cudnn/lib")
 rpath=$(IFS=:; echo "${libs[*]}")
 g++ -o "$objs/cudnn_graph_tests" "$objs"/{test_cudnn_graphs,cudnn_graph,attention_cudnn,conv_cudnn,cuda_check,cuda_memory,cuda_device,cuda_versions,dtype}.o \
   "$nv/cuda_runtime/lib/libcudart.so.12" "$nv/cublas/lib/libcublasLt.so.12" "$nv/cudnn/lib/libcudnn.so.9" \
-  -lgtest -lgtest_main -lfmt -pthread -Wl,-rpath,"$rpath" || fail "linking tests/cudnn against the 12.4 / 9.1 libraries"
+  -lgtest -lgtest_main -lfmt -fopenmp -pthread -Wl,-rpath,"$rpath" || fail "linking tests/cudnn against the 12.4 / 9.1 libraries"
 ldd "$objs/cudnn_graph_tests" | grep -E 'libcudart|libcublasLt|libcudnn' | sed 's/^/  /'
 if ldd "$objs/cudnn_graph_tests" | grep -E 'libcudart|libcublasLt|libcudnn' | grep -vqF "$(realpath "$nv")"; then
   fail "a CUDA library above does not come from the wheels"
