@@ -460,18 +460,12 @@ void reset_peak_rss() {
   }
 }
 
-double rss_mib() {
+// A memory figure of /proc/self/status ("VmRSS:", "VmHWM:") in MiB; 0 where it is missing.
+double status_mib(const std::string& field) {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field, 0) == 0) return std::stod(line.substr(field.size())) / 1024.0;
   return 0.0;
-}
-
-double peak_rss_now_mib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return peak_rss_mib();
 }
 
 // One load as generate runs it: open and check the file, the tokenizer, the text encoder, one
@@ -483,7 +477,7 @@ struct LoadRound {
 
 LoadRound load_round(const std::string& path, Backend& be, const Log& log) {
   LoadRound r;
-  r.rss_before_mib = rss_mib();
+  r.rss_before_mib = status_mib("VmRSS:");
   reset_peak_rss();
   Stopwatch total;
   {
@@ -513,7 +507,7 @@ LoadRound load_round(const std::string& path, Backend& be, const Log& log) {
     }
     r.first_step_s = phase.seconds();
     r.total_s = total.seconds();
-    r.peak_mib = peak_rss_now_mib();
+    r.peak_mib = status_mib("VmHWM:");  // since reset_peak_rss()
   }
   return r;
 }

@@ -56,7 +56,6 @@ std::string piece_digest(DigestKind kind, const void* data, size_t bytes);  // t
 std::string combine_piece_digests(DigestKind kind, const std::vector<std::string>& pieces);
 // The digest of `bytes` bytes in memory (what the writer records; format 3 unless told).
 std::string tensor_digest(const void* data, size_t bytes, DigestKind kind = DigestKind::Xxh3Pieces);
-inline constexpr const char* kDigestAttribute = "xxh3_128_4mib";  // what this ditbatch writes
 // The components a pipeline file holds, in the order they are written.
 const std::vector<std::string>& pipeline_components();
 

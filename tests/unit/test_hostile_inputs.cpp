@@ -227,7 +227,7 @@ TEST(HostileWeights, ATensorEditedInPlaceIsRefused) {
     h5::File f = h5::File::open_rw(dir / "edited.h5");
     h5::Group t = f.root().open_group("transformer");
     Tensor w = t.read_tensor("proj_out.weight");
-    t.set_dataset_attr("proj_out.weight", kDigestAttribute, tensor_digest(w.raw(), w.nbytes()));
+    t.set_dataset_attr("proj_out.weight", digest_attribute(DigestKind::Xxh3Pieces), tensor_digest(w.raw(), w.nbytes()));
   }
   EXPECT_TRUE(has(test::input_error_of([&] { WeightStore::open(dir / "edited.h5"); }),
                   "the checksum recorded for /transformer (")) << "the digest alone was rewritten";
