@@ -227,7 +227,9 @@ TEST(WeightStore, AWriterEndedBySignalLeavesNothing) {
       WeightWriter w(dir / "w.h5");
       sigaction(SIGTERM, nullptr, &during);
     }
-    if (before.sa_handler != SIG_IGN) EXPECT_NE(during.sa_handler, before.sa_handler);
+    if (before.sa_handler != SIG_IGN) {
+      EXPECT_NE(during.sa_handler, before.sa_handler);
+    }
     struct sigaction after {};
     sigaction(SIGTERM, nullptr, &after);
     EXPECT_EQ(after.sa_handler, before.sa_handler);
