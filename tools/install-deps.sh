@@ -18,6 +18,7 @@ packages=(
   libsleef-dev                        # torch's vectorised exp/sin/cos/tanh, bit for bit
   libssl-dev                          # SHA-256 (weight checksums, PNG digests in the manifest)
   libxxhash-dev                       # XXH3: the weight file's per-tensor digests, checked at memory speed
+  libarchive-dev                      # the tar shards of --output-format webdataset
   libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
   # the ASan + UBSan build and the libFuzzer targets (tools/ci/sanitize_fuzz.sh): clang, its
   # sanitizer and fuzzer runtimes, its OpenMP, and llvm-symbolizer for readable reports

@@ -34,6 +34,7 @@
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/run_report.h"
 #include "pipeline/runner.h"
+#include "pipeline/tar_shards.h"
 #include "pipeline/stop_signal.h"
 
 namespace ditbatch {
@@ -43,7 +44,10 @@ namespace {
 struct GenerateOptions {
   GenerationDefaults defaults;
   std::vector<std::string> prompts;
-  std::string prompts_file, weights_path, log_level, log_dir, backend_kind, output_type, on_signal, shard;
+  std::string prompts_file, weights_path, log_level, log_dir, backend_kind, output_type, on_signal, shard, layout_name,
+      output_format;
+  int64_t images_per_tar = kDefaultImagesPerTar;
+  OutputLayout layout;
   RunOptions run;
   int64_t max_sequence_length = kDefaultMaxSequenceLength;
   int device = -1, ranks_per_gpu = 1, threads = 0;
@@ -137,7 +141,7 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
       entries.push_back(std::move(e));
     }
   }
-  std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log);
+  std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   ArraySlice::resolve(o.array_index, o.array_count);
   const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
   QwenImagePipeline::check_configs(weights);
@@ -150,9 +154,11 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
   if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(weights, jobs, o, world, log);
   check_output_dir(o.run.out_dir);
+  if (o.layout.kind != OutputLayout::Kind::Flat) check_output_folders(o.run.out_dir);
   if (!o.run.overwrite) {
     previous = scan_previous_images(o.run.out_dir, jobs,
-                                    {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser});
+                                    {weights.checksum(), o.max_sequence_length, o.run.write_latents, denoiser,
+                                     o.layout.tar_size()});
     check_previous_images(o.run.out_dir, previous);
   }
   loras_json = loras.to_json();
@@ -164,12 +170,13 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
 std::set<int64_t> verify_outputs(const GenerateOptions& o, const std::vector<ImageJob>& jobs, const ArraySlice& slice,
                                  const LoraSet& loras, const World& world, const Log& log) {
   Stopwatch watch;
-  const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+  const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
   const auto [b, e] = contiguous_range(hi - lo, world.size(), world.rank());
   std::string found = "[]", error;
   try {
     const WeightStore store = WeightStore::open(o.weights_path);
-    const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras)};
+    const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras),
+                        o.layout.tar_size()};
     found = nlohmann::json(outputs_changed_in_place(o.run.out_dir, jobs, lo + b, lo + e, key, log)).dump();
   } catch (const std::exception& ex) {  // the other ranks wait in the gather
     error = ex.what();
@@ -201,6 +208,20 @@ bool report_is_older_than_manifest(const std::string& out_dir) {
   if (ec) return true;
   const auto manifest = std::filesystem::last_write_time(out_dir + "/manifest.jsonl", ec);
   return !ec && report < manifest;
+}
+
+// A rerun with no image to make, in a WebDataset folder: rank 0 writes the tars whose images are
+// all staged (a run stopped by a signal between its last image and its tar), reading no weight.
+void pack_staged_tars(GenerateOptions& o, const std::vector<ImageJob>& jobs, const ArraySlice& slice,
+                      std::vector<uint8_t>& on_disk, const Log& log) {
+  const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
+  std::optional<ManifestPart> part;
+  for (int64_t begin = lo; begin < hi; begin += o.layout.images_per_tar) {
+    const int64_t end = std::min(hi, begin + o.layout.images_per_tar);
+    if (std::all_of(on_disk.begin() + begin, on_disk.begin() + end, [](uint8_t d) { return d == kPacked; })) continue;
+    if (!part) part.emplace(o.run.out_dir, o.run.run_id, 0);
+    pack_tar(o.run.out_dir, jobs, begin, end, on_disk, *part, log);
+  }
 }
 
 std::string default_run_id() {
@@ -264,7 +285,7 @@ DeviceChoice choose_device(const GenerateOptions& o, const World& world, const L
 }
 
 struct RankReport {
-  int64_t done = 0, skipped = 0, failed = 0, stopped = 0, weight_bytes = -1, lora_bytes = 0;
+  int64_t done = 0, skipped = 0, failed = 0, stopped = 0, weight_bytes = -1, lora_bytes = 0, tars_not_written = 0;
   double seconds = 0;
   std::string host;
 };
@@ -332,6 +353,12 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("scheduler-config", po::value(&o.scheduler_config),
        "a diffusers scheduler_config.json (FlowMatchEulerDiscreteScheduler) in place of the weight file's")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
+      ("layout", po::value(&o.layout_name)->default_value("flat"),
+       "flat (every image in --out) | sharded (subfolders of 10,000 images: 00001/000012345-<slug>.png)")
+      ("output-format", po::value(&o.output_format)->default_value("png"),
+       "png | webdataset (tar shards NNNNN.tar of --images-per-tar samples, each <index:09d>.png and .json)")
+      ("images-per-tar", po::value(&o.images_per_tar)->default_value(kDefaultImagesPerTar),
+       "samples per tar with --output-format webdataset (one process makes a tar's images)")
       ("overwrite", po::bool_switch(&o.run.overwrite), "make every image again, even if its PNG is complete")
       ("verify-outputs", po::bool_switch(&o.verify_outputs),
        "hash every listed image before resuming, spread over the ranks (a rerun otherwise trusts a file whose size, "
@@ -354,15 +381,21 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("log-level", po::value(&o.log_level)->default_value("info"), "debug | info | warn | error");
   po::variables_map vm;
   if (!parse_options("generate", "--weights FILE.h5 (--prompt TEXT... | --prompts FILE) --out DIR [options]",
-                     "Makes one PNG per prompt, named <index>-<slug>.png (or the prompt's \"name\"), with the\n"
+                     "Makes one PNG per prompt, named <index>-<slug>.png (or the prompt's \"name\"; --layout sharded\n"
+                     "puts them in subfolders of 10,000), with the\n"
                      "settings in its text chunks and a line per image in DIR/manifest.jsonl. A rerun skips\n"
                      "images that are complete, and refuses a DIR whose images were made with other settings.\n"
                      "Defaults are the Qwen-Image model card's: 1024x1024, 50 steps, true CFG 4.0 with\n"
                      "negative prompt \" \". Under mpirun/srun every rank takes a share.",
                      desc, nullptr, args, vm))
     return 0;
+  o.layout = OutputLayout::parse(o.layout_name, o.output_format, o.images_per_tar);  // before --out is touched
+  o.run.images_per_tar = o.layout.tar_size();
   if (o.output_type != "png" && o.output_type != "latent")
     fail_input("--output-type '{}' (expected png or latent)", o.output_type);
+  if (o.output_type == "latent" && o.layout.tars())
+    fail_input("--output-type latent with --output-format webdataset: the tars hold PNGs and their records; write "
+               "latents to a png-format folder");
   o.run.write_latents = o.output_type == "latent";
   if (o.on_signal != "finish" && o.on_signal != "abandon")
     fail_input("--on-signal '{}' (expected finish or abandon)", o.on_signal);
@@ -431,7 +464,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (world.rank() == 0) try {
     for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
       log.info("removed {} (left by a killed writer)", orphan);
-    const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+    for (const std::string& folder : output_subfolders(o.run.out_dir))
+      for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir + "/" + folder))
+        log.info("removed {} (left by a killed writer)", orphan);
+    const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
     complete = o.run.overwrite ? std::vector<uint8_t>(jobs.size(), 0) : previous.complete_flags();
     for (const int64_t i : o.run.remake) complete[static_cast<size_t>(i)] = 0;
     remaining = std::count(complete.begin() + lo, complete.begin() + hi, uint8_t{0});
@@ -455,12 +491,14 @@ int cmd_generate(const std::vector<std::string>& args) {
   }
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {
+      // Every image made, but a tar whose images a stopped run staged is still to write.
+      if (o.layout.tars()) pack_staged_tars(o, jobs, slice, complete, log);
       bool folded = false;
       merge_manifest(o.run.out_dir, &folded);
       // The report of a folder nothing was added to is the one there (a million-image page takes
       // longer to write than the rest of this rerun).
       if (folded || report_is_older_than_manifest(o.run.out_dir)) write_run_report_after_run(o.run.out_dir, log);
-      const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+      const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
       log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); {}, weights not read", hi - lo,
                wall.seconds(), world.size(),
                hi == lo ? fmt::format("slice {} of {} has no images ({} prompts)", slice.index, slice.count, jobs.size())
@@ -482,7 +520,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   report.host = world.host();
   try {
     const ShardMode shard = resolve_shard_mode(requested_shard, jobs, o.run.offload_text_encoder);
-    std::unique_ptr<WorkSource> work = make_work(shard, slice, static_cast<int64_t>(jobs.size()), world);
+    std::unique_ptr<WorkSource> work = make_work(shard, slice, std::ssize(jobs), world, o.layout.images_per_unit());
     if (world.rank() == 0)
       log.info("shard {}{}", shard_mode_name(shard),
                slice.count > 1 ? fmt::format(", array slice {} of {}", slice.index, slice.count) : "");
@@ -526,6 +564,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     report.skipped = summary.skipped;
     report.failed = summary.failed;
     report.stopped = summary.stopped_by_signal;
+    report.tars_not_written = summary.tars_not_written;
     report.seconds = summary.seconds;
     report.weight_bytes = h5::dataset_bytes_read() - read_before;
     report.lora_bytes = safetensors_bytes_read() - lora_read_before;
@@ -546,8 +585,9 @@ int cmd_generate(const std::vector<std::string>& args) {
   // collective, so on every rank
   const bool stopped = world.max(report.stopped) > 0;
   const int64_t failed = world.sum(report.failed);
+  const int64_t tars_not_written = world.sum(report.tars_not_written);
   const int64_t attempted = world.sum(report.done) + world.sum(report.skipped) + failed;
-  const auto [lo, hi] = contiguous_range(static_cast<int64_t>(jobs.size()), slice.count, slice.index);
+  const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
   // 75 asks the job script to requeue: only when images were left untried. A signal during
   // the last image leaves nothing to resume (a failed image is retried by a rerun, but a
   // requeue would most likely fail it again: exit 1 says so).
@@ -561,7 +601,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     return kExitRequeue;
   }
   if (stopped && world.rank() == 0) log.info("a signal came during the last image(s): nothing is left to make");
-  return failed > 0 ? 1 : 0;
+  if (tars_not_written > 0 && world.rank() == 0)
+    log.error("{} tar(s) could not be written; their images are staged and listed: run again to write them",
+              tars_not_written);
+  return failed > 0 || tars_not_written > 0 ? 1 : 0;
 }
 
 }  // namespace ditbatch

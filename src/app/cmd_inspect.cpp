@@ -3,6 +3,7 @@
 #include <map>
 
 #include "app/commands.h"
+#include "app/inspect_outputs.h"
 #include "app/options.h"
 #include <fmt/format.h>
 
@@ -38,14 +39,18 @@ int cmd_inspect(const std::vector<std::string>& args) {
   bool list_tensors = false;
   po::options_description desc("options");
   desc.add_options()
-      ("file", po::value(&path)->required(), "the ditbatch .h5")
+      ("file", po::value(&path)->required(), "the ditbatch .h5, or the --out folder of a generate run")
       ("tensors", po::bool_switch(&list_tensors), "list every tensor with its dtype and shape");
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
-  if (!parse_options("inspect", "FILE.h5 [--tensors]", "Shows the components, configs and tensors of a weight file.",
+  if (!parse_options("inspect", "FILE.h5 [--tensors] | DIR",
+                     "Shows the components, configs and tensors of a weight file; or what a generate output folder\n"
+                     "holds (images ok and failed, layout, files changed or missing by their stat, models,\n"
+                     "settings, runs), read from its manifest without reading an image.",
                      desc, &positional, args, vm))
     return 0;
+  if (std::filesystem::is_directory(path)) return inspect_output_folder(path);
   WeightStore store = WeightStore::open(path);
   std::cout << path << " (" << human_bytes(static_cast<double>(std::filesystem::file_size(path))) << ")\n";
   for (const char* attr : {"model_name", "source", "created_by", "pipeline_class", "checksum"})

@@ -326,9 +326,9 @@ int open_regular_file(const std::string& path, bool follow_links, std::string* w
   return fd;
 }
 
-std::string read_file(const std::string& path, int64_t max_bytes) {
+std::string read_file(const std::string& path, int64_t max_bytes, bool follow_links) {
   std::string why;
-  const int fd = open_regular_file(path, true, &why);
+  const int fd = open_regular_file(path, follow_links, &why);
   if (fd < 0) {
     if (why == "no such file" || why.starts_with("cannot open")) fail_input("{}: {}", path, why);
     fail_input("{}: is {}, not a file", path, why);

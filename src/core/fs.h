@@ -89,8 +89,9 @@ std::optional<FileStat> stat_regular_file(const std::string& path);
 // file is refused with its size, before it is read.
 inline constexpr int64_t kMaxInputFileBytes = int64_t{256} << 20;
 // The whole of a regular file; throws InputError naming the path when it is missing, is not
-// a regular file (a folder, a FIFO, /dev/zero) or holds more than max_bytes.
-std::string read_file(const std::string& path, int64_t max_bytes = kMaxInputFileBytes);
+// a regular file (a folder, a FIFO, /dev/zero) or holds more than max_bytes. With follow_links
+// false, a symbolic link is refused too (inside an output folder nothing is followed).
+std::string read_file(const std::string& path, int64_t max_bytes = kMaxInputFileBytes, bool follow_links = true);
 bool file_exists(const std::string& path);
 
 // A plain file name inside a folder: not empty, not "." or "..", no '/' and no NUL.

@@ -101,7 +101,56 @@ class DynamicWork final : public WorkSource {
 
 }  // namespace
 
-std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world) {
+std::pair<int64_t, int64_t> slice_images(int64_t n_jobs, const ArraySlice& slice, int64_t images_per_unit) {
+  const int64_t units = (n_jobs + images_per_unit - 1) / images_per_unit;
+  const auto [lo, hi] = contiguous_range(units, slice.count, slice.index);
+  return {std::min(n_jobs, lo * images_per_unit), std::min(n_jobs, hi * images_per_unit)};
+}
+
+namespace {
+
+// The images of the units another source hands out, a unit's images one after the other: a
+// WebDataset tar is made whole by the one process that takes it.
+class UnitWork final : public WorkSource {
+ public:
+  UnitWork(std::unique_ptr<WorkSource> units, int64_t images_per_unit, int64_t n_jobs)
+      : units_(std::move(units)), per_unit_(images_per_unit), n_jobs_(n_jobs) {}
+  std::optional<int64_t> next() override {
+    if (next_ >= end_) {
+      const std::optional<int64_t> unit = units_->next();
+      if (!unit) return std::nullopt;
+      next_ = *unit * per_unit_;
+      end_ = std::min(n_jobs_, next_ + per_unit_);
+    }
+    return next_++;
+  }
+  std::optional<std::vector<int64_t>> planned() const override {
+    auto units = units_->planned();
+    if (!units) return std::nullopt;
+    return expand(*units);
+  }
+  std::vector<int64_t> candidates() const override { return expand(units_->candidates()); }
+
+ private:
+  std::vector<int64_t> expand(const std::vector<int64_t>& units) const {
+    std::vector<int64_t> images;
+    for (const int64_t u : units)
+      for (int64_t i = u * per_unit_; i < std::min(n_jobs_, (u + 1) * per_unit_); ++i) images.push_back(i);
+    return images;
+  }
+  std::unique_ptr<WorkSource> units_;
+  int64_t per_unit_, n_jobs_;
+  int64_t next_ = 0, end_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world,
+                                      int64_t images_per_unit) {
+  if (images_per_unit > 1) {
+    const int64_t units = (n_jobs + images_per_unit - 1) / images_per_unit;
+    return std::make_unique<UnitWork>(make_work(mode, slice, units, world, 1), images_per_unit, n_jobs);
+  }
   const auto [lo, hi] = contiguous_range(n_jobs, slice.count, slice.index);
   if (mode == ShardMode::Dynamic) return std::make_unique<DynamicWork>(world.make_counter(), lo, hi);
   std::vector<int64_t> mine;

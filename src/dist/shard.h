@@ -37,7 +37,13 @@ struct ArraySlice {
 
 ShardMode resolve_shard_mode(ShardMode requested, const std::vector<ImageJob>& jobs, bool offload_text_encoder);
 
-// This rank's work over the array slice of `jobs` (collective for dynamic).
-std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world);
+// The images [begin, end) of an array slice: a contiguous range of units of images_per_unit
+// consecutive images (1: single images; a WebDataset tar's images are never split between tasks).
+std::pair<int64_t, int64_t> slice_images(int64_t n_jobs, const ArraySlice& slice, int64_t images_per_unit = 1);
+
+// This rank's work over the array slice of `jobs` (collective for dynamic). With
+// images_per_unit > 1 the ranks share whole units, and hand out a unit's images in order.
+std::unique_ptr<WorkSource> make_work(ShardMode mode, const ArraySlice& slice, int64_t n_jobs, const World& world,
+                                      int64_t images_per_unit = 1);
 
 }  // namespace ditbatch

@@ -66,10 +66,13 @@ ManifestPart::~ManifestPart() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ManifestPart::append(const nlohmann::json& line) {
-  // One write per line: a process ended at any moment leaves whole lines (and at worst a last
-  // one without its newline, which readers ignore).
-  const std::string text = line.dump() + "\n";
+void ManifestPart::append(const nlohmann::json& line) { append(std::vector<nlohmann::json>{line}); }
+
+void ManifestPart::append(const std::vector<nlohmann::json>& lines) {
+  // One write: a process ended at any moment leaves whole lines (and at worst a last one
+  // without its newline, which readers ignore).
+  std::string text;
+  for (const auto& line : lines) text += line.dump() + "\n";
   if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd_) != 0)
     fail("{}: cannot append the manifest line (disk full?): {}", path_, std::strerror(errno));
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace ditbatch {
 
@@ -22,6 +23,9 @@ class ManifestPart {
   ManifestPart& operator=(const ManifestPart&) = delete;
   // Appends one line and makes it durable before returning.
   void append(const nlohmann::json& line);
+  // Appends several lines with one write and one fsync (the images of a tar): a kill leaves
+  // whole lines, and at worst a last one without its newline.
+  void append(const std::vector<nlohmann::json>& lines);
   const std::string& path() const { return path_; }
 
  private:

@@ -94,7 +94,7 @@ bool valid_file_name(const std::string& name) {
 }  // namespace
 
 std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& d,
-                                   const Log& log) {
+                                   const Log& log, const OutputLayout& layout) {
   // The command line's values are checked (and floored) once, under their option's name:
   // one warning, not one per prompt line that did not set them.
   const int64_t width = resolve_side(d.width, "width", "--width", log);
@@ -104,6 +104,7 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
   check_prompt_text(d.negative_prompt, "negative_prompt", "--negative-prompt");
   std::vector<ImageJob> jobs;
   std::unordered_map<std::string, std::string> stems;  // file stem -> origin, to refuse two images in one file
+  bool warned_name = false;
   stems.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const PromptEntry& e = entries[i];
@@ -123,7 +124,17 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     j.steps = e.steps ? check_steps(*e.steps, e.origin) : steps;
     j.cfg = static_cast<float>(e.cfg ? check_cfg(*e.cfg, e.origin) : cfg);
     j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
-    if (e.name) {
+    if (layout.tars()) {
+      // A sample's key is its index: WebDataset splits a member name at its first dot, and
+      // a "name" may hold dots (or collide with another's key).
+      j.file_stem = fmt::format("{:09d}", i);
+      if (e.name && !warned_name) {
+        warned_name = true;
+        log.warn("{}: \"name\" is not used by --output-format webdataset: each sample is keyed by its index "
+                 "({}.png, {}.json); the prompt line's fields are in its .json",
+                 e.origin, j.file_stem, j.file_stem);
+      }
+    } else if (e.name) {
       std::string name = *e.name;
       if (const std::string why = forbidden_text(name, false); !why.empty())
         fail_input("{}: \"name\" {}; a file name may hold no control or bidirectional formatting character", e.origin,
@@ -134,8 +145,11 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
                    e.origin, *e.name);
       j.file_stem = name;
     } else {
-      j.file_stem = fmt::format("{:06d}-{}", i, slugify(e.prompt));
+      j.file_stem = layout.kind == OutputLayout::Kind::Sharded ? fmt::format("{:09d}-{}", i, slugify(e.prompt))
+                                                               : fmt::format("{:06d}-{}", i, slugify(e.prompt));
     }
+    j.folder = layout.folder_of(j.index);
+    j.tar = layout.tar_of(j.index);
     auto [it, inserted] = stems.emplace(j.file_stem, e.origin);
     if (!inserted)
       fail_input("{}: name \"{}\" is already used by {}; each image needs its own file", e.origin, j.file_stem,
@@ -150,7 +164,8 @@ std::string jobs_to_json(const std::vector<ImageJob>& jobs) {
   for (const auto& j : jobs)
     out.push_back({{"index", j.index}, {"prompt", j.prompt}, {"negative_prompt", j.negative_prompt},
                    {"seed", j.seed}, {"width", j.width}, {"height", j.height}, {"steps", j.steps},
-                   {"cfg", j.cfg}, {"true_cfg", j.true_cfg}, {"file_stem", j.file_stem}, {"origin", j.origin}});
+                   {"cfg", j.cfg}, {"true_cfg", j.true_cfg}, {"file_stem", j.file_stem}, {"folder", j.folder}, {"tar", j.tar},
+                   {"origin", j.origin}});
   return out.dump();
 }
 
@@ -168,6 +183,8 @@ std::vector<ImageJob> jobs_from_json(const std::string& json) {
     j.cfg = o["cfg"];
     j.true_cfg = o["true_cfg"];
     j.file_stem = o["file_stem"];
+    j.folder = o["folder"];
+    j.tar = o["tar"];
     j.origin = o["origin"];
     jobs.push_back(std::move(j));
   }

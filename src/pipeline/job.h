@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "io/prompt_file.h"
+#include "pipeline/output_layout.h"
 
 namespace ditbatch {
 
@@ -28,7 +29,14 @@ struct ImageJob {
   float cfg = 1.0f;
   bool true_cfg = false;  // cfg > 1 and a non-empty negative prompt, as diffusers decides
   std::string file_stem;  // "000012-a-red-fox" or the entry's name
+  std::string folder;     // the subfolder of --out that holds its files ("00001"), "" in the flat layout
+  std::string tar;        // WebDataset: the tar its files go into once its folder is whole ("00012.tar")
   std::string origin;     // where the prompt came from, for messages
+
+  // Its file of that suffix, as a path inside --out and in the manifest: "00001/000012345-fox.png".
+  std::string file(const char* suffix = ".png") const {
+    return folder.empty() ? file_stem + suffix : folder + "/" + file_stem + suffix;
+  }
 
   int64_t latent_h() const { return 2 * (height / 16); }  // 2 * floor(H/16): the VAE's 8x grid
   int64_t latent_w() const { return 2 * (width / 16); }
@@ -38,9 +46,11 @@ struct ImageJob {
 
 // Resolves and validates every entry before any work: sizes (multiples of 16 after flooring,
 // with a warning as diffusers gives; 0, negative or > 8192 px is an error), steps (>= 2),
-// cfg (>= 1), unique file names. Seeds: the entry's own, else defaults.seed + index.
+// cfg (>= 1), unique file names. Seeds: the entry's own, else defaults.seed + index. File
+// names: "<index>-<slug>" (six digits flat, nine sharded) or the entry's name, in the
+// layout's folder of the index; in WebDataset the index alone (nine digits), the sample's key.
 std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, const GenerationDefaults& defaults,
-                                   const Log& log);
+                                   const Log& log, const OutputLayout& layout = {});
 
 // The job list as JSON, to hand the validated list from rank 0 to every rank.
 std::string jobs_to_json(const std::vector<ImageJob>& jobs);

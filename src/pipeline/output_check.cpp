@@ -4,23 +4,38 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "io/tar_archive.h"
+#include "pipeline/output_layout.h"
 
 namespace ditbatch {
 
 namespace {
 
+// The manifest fields that list one file of an image. In a WebDataset folder the image and its
+// record become members of a tar: "file" and "file_stat" are then the tar's, and the member's
+// name, offset and size say where inside it.
 struct ListedKeys {
-  const char *file, *sha256, *stat;
+  const char *file, *sha256, *stat, *member, *offset, *size;
 };
 
-ListedKeys keys_of(bool latents) {
-  return latents ? ListedKeys{"latents_file", "latents_sha256", "latents_file_stat"}
-                 : ListedKeys{"file", "sha256", "file_stat"};
+ListedKeys keys_of(ListedFile which) {
+  switch (which) {
+    case ListedFile::Image: return {"file", "sha256", "file_stat", "member", "member_offset", "member_size"};
+    case ListedFile::Latents: return {"latents_file", "latents_sha256", "latents_file_stat", nullptr, nullptr, nullptr};
+    case ListedFile::Record:
+      return {"json_file", "json_sha256", "json_file_stat", "json_member", "json_member_offset", "json_member_size"};
+  }
+  return {};
 }
 
 std::string string_field(const nlohmann::json& record, const char* key) {
   const auto it = record.find(key);
   return it != record.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t int_field(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
 }
 
 // The file's sha256, or "" when it is not a regular file in the folder or cannot be read.
@@ -58,16 +73,63 @@ std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const c
   return st;
 }
 
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, bool latents, OutputTrust trust) {
-  const ListedKeys keys = keys_of(latents);
-  const std::string name = string_field(record, keys.file);
-  if (!is_plain_file_name(name)) return false;
-  const std::string path = out_dir + "/" + name;
-  const std::optional<FileStat> now = stat_regular_file(path);
+bool is_tar_member(const nlohmann::json& record) {
+  const auto it = record.find("member");
+  return it != record.end() && it->is_string();
+}
+
+namespace {
+
+// Where a line lists a file: its path, and for a tar member the member's place in it.
+struct Listed {
+  std::string path;               // the file, or the tar that holds it
+  std::string member;             // "" unless in a tar
+  int64_t offset = -1, size = -1;
+  const char* stat_key = nullptr;
+  const char* sha256_key = nullptr;
+};
+
+// nullopt when the line names no file inside the folder (or a tar member the line cannot place).
+std::optional<Listed> listed(const std::string& out_dir, const nlohmann::json& record, ListedFile which) {
+  const ListedKeys keys = keys_of(which);
+  Listed l;
+  l.sha256_key = keys.sha256;
+  if (keys.member && is_tar_member(record)) {
+    const std::string tar = string_field(record, "file");
+    if (!tar.ends_with(".tar")) return std::nullopt;
+    const std::optional<std::string> path = output_path(out_dir, tar);
+    l.member = string_field(record, keys.member);
+    l.offset = int_field(record, keys.offset);
+    l.size = int_field(record, keys.size);
+    if (!path || !is_plain_file_name(l.member) || l.offset < 0 || l.size < 0) return std::nullopt;
+    l.path = *path;
+    l.stat_key = "file_stat";
+    return l;
+  }
+  const std::optional<std::string> path = output_path(out_dir, string_field(record, keys.file));
+  if (!path) return std::nullopt;
+  l.path = *path;
+  l.stat_key = keys.stat;
+  return l;
+}
+
+// The sha256 of what `l` lists ("" when it cannot be read, or a member is not where listed).
+std::string sha256_of(const Listed& l) {
+  if (l.member.empty()) return sha256_in_folder(l.path);
+  const std::optional<std::string> bytes = read_tar_member(l.path, l.offset, l.member, l.size);
+  return bytes ? sha256_hex(*bytes) : "";
+}
+
+}  // namespace
+
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust) {
+  const std::optional<Listed> l = listed(out_dir, record, which);
+  if (!l) return false;
+  const std::optional<FileStat> now = stat_regular_file(l->path);
   if (!now) return false;
-  if (trust == OutputTrust::Stat && now == recorded_file_stat(record, keys.stat)) return true;
-  const std::string sha256 = sha256_in_folder(path);
-  return !sha256.empty() && sha256 == string_field(record, keys.sha256);
+  if (trust == OutputTrust::Stat && now == recorded_file_stat(record, l->stat_key)) return true;
+  const std::string sha256 = sha256_of(*l);
+  return !sha256.empty() && sha256 == string_field(record, l->sha256_key);
 }
 
 std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,
@@ -77,24 +139,31 @@ std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,
   for (const auto& [index, record] : manifest) {
     if (string_field(record, "status") != "ok") continue;
     ++checked;
-    for (const bool latents : {false, true}) {
-      const ListedKeys keys = keys_of(latents);
-      if (latents && !record.contains(keys.file)) continue;
-      const std::string name = string_field(record, keys.file);
-      if (!is_plain_file_name(name)) {
-        found.push_back({index, name, fmt::format("\"{}\" is not a file name in the folder", keys.file)});
+    for (const ListedFile which : {ListedFile::Image, ListedFile::Latents, ListedFile::Record}) {
+      const ListedKeys keys = keys_of(which);
+      const bool member = keys.member && is_tar_member(record);
+      if (which != ListedFile::Image && !record.contains(member ? keys.member : keys.file)) continue;
+      const std::string name = member ? fmt::format("{}:{}", string_field(record, "file"), string_field(record, keys.member))
+                                      : string_field(record, keys.file);
+      const std::optional<Listed> l = listed(out_dir, record, which);
+      if (!l) {
+        found.push_back({index, name,
+                         fmt::format("\"{}\" is not a file of the folder (a name, or one in a five-digit subfolder "
+                                     "that is not a symbolic link{})",
+                                     keys.file, member ? ", with the member's name, offset and size" : "")});
         continue;
       }
-      const std::string path = out_dir + "/" + name;
-      if (!stat_regular_file(path)) {
-        found.push_back({index, name, file_exists(path) ? "is not a regular file" : "is missing"});
+      if (!stat_regular_file(l->path)) {
+        found.push_back({index, name, file_exists(l->path) ? "is not a regular file" : "is missing"});
         continue;
       }
-      const std::string sha256 = sha256_in_folder(path);
-      if (sha256.empty()) found.push_back({index, name, "cannot be read"});
-      else if (sha256 != string_field(record, keys.sha256))
+      const std::string sha256 = sha256_of(*l);
+      const std::string listed_sha256 = string_field(record, keys.sha256);
+      if (sha256.empty())
+        found.push_back({index, name, member ? "is not where the manifest lists it in the tar" : "cannot be read"});
+      else if (sha256 != listed_sha256)
         found.push_back({index, name, fmt::format("its bytes (sha256 {}) differ from those the manifest lists ({})",
-                                                  sha256.substr(0, 12), string_field(record, keys.sha256).substr(0, 12))});
+                                                  sha256.substr(0, 12), listed_sha256.substr(0, 12))});
     }
   }
   return found;

@@ -20,14 +20,26 @@ namespace ditbatch {
 
 enum class OutputTrust { Stat, Hash };
 
+// The files a manifest line lists for an image: the PNG ("file", "sha256", "file_stat"), the
+// latents of --output-type latent ("latents_file", ...) and, in a WebDataset folder, the
+// record beside a staged PNG ("json_file", ...). Once packed, the PNG and the record are
+// members of a tar: "file" and "file_stat" are the tar's, and "member", "member_offset",
+// "member_size" (and "json_member", ...) say where they are in it.
+enum class ListedFile { Image, Latents, Record };
+
+// Whether the line lists its image as a member of a tar.
+bool is_tar_member(const nlohmann::json& record);
+
 // The manifest's record of a file's stat, and back (nullopt unless all four are integers).
 nlohmann::json file_stat_record(const FileStat& st);
 std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const char* stat_key);
 
-// The PNG (or, with latents true, the latents file) a line lists is in the folder as written.
-// Only a plain name inside the folder, of a regular file that is not a symbolic link, can be
-// one: a manifest in a folder others may write to could name "../../dev/zero" or a link.
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, bool latents, OutputTrust trust);
+// The file of that kind a line lists is in the folder as written (a tar member: the tar's stat
+// is the one listed, else the member's bytes at its listed place have its sha256).
+// Only a regular file that is not a symbolic link, named by a plain name inside the folder or
+// inside one of its five-digit subfolders (is_output_name), can be one: a manifest in a folder
+// others may write to could name "../../dev/zero" or a link.
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust);
 
 struct OutputMismatch {
   int64_t index = 0;

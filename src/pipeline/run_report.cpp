@@ -80,7 +80,9 @@ Image image_of(int64_t index, const json& line) {
   const auto seed = line.find("seed");
   const std::string seed_text = seed == line.end() ? "" : seed->is_string() ? seed->get<std::string>() : seed->dump();
   auto field = [&](const char* key) { return line.contains(key) ? line[key] : json(nullptr); };
-  im.row = json::array({index, text_of(line, "file"), text_of(line, "status"), text_of(line, "error"),
+  // A WebDataset image is a member of its tar: "00012.tar:000012345.png" (the page shows no thumbnail).
+  const std::string file = line.contains("member") ? text_of(line, "file") + ":" + text_of(line, "member") : text_of(line, "file");
+  im.row = json::array({index, file, text_of(line, "status"), text_of(line, "error"),
                         text_of(line, "prompt"), text_of(line, "negative_prompt"), seed_text, field("width"),
                         field("height"), field("steps"), field("cfg"), im.run, im.rank, text_of(line, "host"),
                         or_null(im.start), or_null(number_of(timings, "text_encoder_s")),

@@ -18,6 +18,7 @@
 #include "io/h5.h"
 #include "io/run_record.h"
 #include "pipeline/stop_signal.h"
+#include "pipeline/tar_shards.h"
 
 namespace ditbatch {
 
@@ -47,7 +48,7 @@ nlohmann::json job_record(const ImageJob& job) {
           {"steps", job.steps},
           {"cfg", job.true_cfg ? job.cfg : 1.0f},
           {"true_cfg", job.true_cfg},
-          {"file", job.file_stem + ".png"}};
+          {"file", job.file()}};
 }
 
 void write_latents_file(const std::string& path, const ImageJob& job, const Tensor& latents) {
@@ -85,6 +86,20 @@ nlohmann::json written_file_stat(const std::string& path) {
   return file_stat_record(*st);
 }
 
+// --output-format webdataset: the record of a staged image, beside its PNG ("00012/000012345.json"),
+// which becomes the sample's .json in its tar: the manifest line less where the PNG lies.
+void write_sample_record(const std::string& out_dir, const ImageJob& job, nlohmann::json& record) {
+  nlohmann::json sample = record;
+  sample.erase("file");
+  sample.erase("file_stat");
+  const std::string text = sample.dump();
+  const std::string path = out_dir + "/" + job.file(".json");
+  write_file_atomic(path, text);
+  record["json_file"] = job.file(".json");
+  record["json_sha256"] = sha256_hex(text);
+  record["json_file_stat"] = written_file_stat(path);
+}
+
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
@@ -93,7 +108,7 @@ OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenIm
           DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
 }
 
-std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file_stem + ".png"; }
+std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file(); }
 
 std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record) {
   std::vector<std::string> changes;
@@ -161,17 +176,29 @@ PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, 
   // Settings first (no read), then only a PNG that is still there and whole matters. Another
   // file at this index (a changed prompt list) counts too: the manifest would drop its line.
   auto changes = changed_settings(job, key, record);
-  const std::string file = recorded_string(record, "file");
-  if (file != job.file_stem + ".png") changes.insert(changes.begin(), fmt::format("now {}", job.file_stem + ".png"));
+  // The file: a packed image names its tar and its member, a staged or plain one its path.
+  const bool packed = is_tar_member(record);
+  const std::string file = packed ? fmt::format("{}:{}", recorded_string(record, "file"), recorded_string(record, "member"))
+                                  : recorded_string(record, "file");
+  const bool same_file = packed ? job.tar == recorded_string(record, "file") &&
+                                      job.file_stem + ".png" == recorded_string(record, "member")
+                                : file == job.file();
+  if (!same_file) changes.insert(changes.begin(), fmt::format("now {}", job.file()));
+  // Another tar size puts the same names in other tars: each tar's images are another set.
+  if (key.images_per_tar > 0 && recorded_int(record, "images_per_tar") != key.images_per_tar)
+    changes.push_back(fmt::format("images_per_tar {}, now {}", recorded_int(record, "images_per_tar"), key.images_per_tar));
   if (!changes.empty()) {
-    if (!listed_file_is_whole(out_dir, record, false, OutputTrust::Stat)) return PreviousImages::Incomplete;
+    if (!listed_file_is_whole(out_dir, record, ListedFile::Image, OutputTrust::Stat)) return PreviousImages::Incomplete;
     if (other) *other = fmt::format("{} ({})", file, fmt::join(changes, "; "));
     return PreviousImages::OtherSettings;
   }
-  // --output-type latent: the latents file is part of the image (listed since it was written).
-  const bool whole = listed_file_is_whole(out_dir, record, false, trust) &&
-                     (!key.with_latents || listed_file_is_whole(out_dir, record, true, trust));
-  return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
+  // --output-type latent: the latents file is part of the image (listed since it was written);
+  // in a WebDataset folder its record is (the tar's .json member, or the staged one).
+  const bool whole = listed_file_is_whole(out_dir, record, ListedFile::Image, trust) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, record, ListedFile::Latents, trust)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, ListedFile::Record, trust));
+  if (!whole) return PreviousImages::Incomplete;
+  return packed ? PreviousImages::Packed : PreviousImages::Complete;
 }
 
 }  // namespace
@@ -179,7 +206,9 @@ PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, 
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
                        const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust) {
   const auto it = manifest.find(job.index);
-  return it != manifest.end() && state_of(out_dir, job, key, it->second, trust, nullptr) == PreviousImages::Complete;
+  if (it == manifest.end()) return false;
+  const PreviousImages::State state = state_of(out_dir, job, key, it->second, trust, nullptr);
+  return state == PreviousImages::Complete || state == PreviousImages::Packed;
 }
 
 int64_t PreviousImages::count(State s, int64_t begin, int64_t end) const {
@@ -195,7 +224,9 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
   constexpr size_t kExamplesKept = 1000;  // the message names three; overridden lines drop theirs
   // What state_of reads (changed_settings, changed_denoiser_settings, listed_file_is_whole).
   static const std::set<std::string> kResumeFields = {
-      "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat", "prompt",
+      "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat", "member",
+      "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
+      "json_member_offset", "json_member_size", "images_per_tar", "prompt",
       "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
       "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
   for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& record) {
@@ -207,8 +238,8 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
     if (state == PreviousImages::OtherSettings && previous.examples.size() < kExamplesKept)
       previous.examples.emplace(index, std::move(other));
     if (changed_in_place) {
-      const bool by_hash = state == PreviousImages::Complete &&
-                           state_of(out_dir, job, key, record, OutputTrust::Hash, nullptr) != PreviousImages::Complete;
+      const bool by_hash = (state == PreviousImages::Complete || state == PreviousImages::Packed) &&
+                           state_of(out_dir, job, key, record, OutputTrust::Hash, nullptr) != state;
       changed[static_cast<size_t>(index)] = by_hash;
       if (by_hash) state = PreviousImages::Incomplete;
     }
@@ -232,7 +263,7 @@ std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const 
   for (const int64_t i : changed)
     log.warn("{}/{}: its bytes differ from the sha256 the manifest lists, though its size and mtime do not: made "
              "again",
-             out_dir, jobs[static_cast<size_t>(i)].file_stem + ".png");
+             out_dir, jobs[static_cast<size_t>(i)].file());
   return changed;
 }
 
@@ -330,12 +361,13 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
                               {"model", provenance.model_name}, {"model_checksum", provenance.model_checksum},
                               {"images", jobs.size()}},
                              log);
-  const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser};
+  const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser,
+                      opt.images_per_tar};
   const std::vector<uint8_t> complete =
       opt.overwrite ? std::vector<uint8_t>(jobs.size(), 0)
                     : (opt.complete ? *opt.complete : scan_previous_images(opt.out_dir, jobs, key).complete_flags());
   auto done_already = [&](const ImageJob& job) {
-    return !opt.remake.count(job.index) && complete[static_cast<size_t>(job.index)];
+    return !opt.remake.count(job.index) && complete[static_cast<size_t>(job.index)] != 0;
   };
 
   // Load everything before the first image, on every process: loading is collective under MPI.
@@ -365,17 +397,46 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
   pipeline.load_denoiser(schedules);
   run_record.mark("loaded");
 
+  const bool tars = opt.images_per_tar > 0;
   bool announced_stop = false;
+  std::set<std::string> folders_made;  // the sharded layout's subfolders this process has checked
+  // --output-format webdataset: what the folder holds of each image, and the tar being made.
+  std::vector<uint8_t> on_disk;
+  if (tars) {
+    on_disk = complete;
+    for (const int64_t i : opt.remake) on_disk[static_cast<size_t>(i)] = kNotMade;
+  }
+  int64_t tar_begin = -1, tar_end = -1;
+  // Packs a tar once each of its images is made; false (the run stops) when it cannot be written.
+  auto pack = [&](int64_t begin, int64_t end) {
+    try {
+      pack_tar(opt.out_dir, jobs, begin, end, on_disk, manifest, log);
+      return true;
+    } catch (const std::exception& e) {
+      ++summary.tars_not_written;
+      log.error("{}/{} cannot be written: {}; its images stay staged in {}/ and the next run packs them; stopping",
+                opt.out_dir, jobs[static_cast<size_t>(begin)].tar, e.what(), jobs[static_cast<size_t>(begin)].folder);
+      return false;
+    }
+  };
   while (true) {
     if (stop_requested()) {
       stop_deadline_met();  // between images: nothing to abandon
       summary.stopped_by_signal = true;
       log.warn("signal {} received: taking no new images", stop_signal_number());
+      if (tars && tar_begin >= 0) pack(tar_begin, tar_end);  // whole if the image just made was its last
       break;
     }
     std::optional<int64_t> next = work.next();
-    if (!next) break;
+    if (!next) {
+      if (tars && tar_begin >= 0) pack(tar_begin, tar_end);  // the last tar, once all of it is made
+      break;
+    }
     const ImageJob& job = jobs[static_cast<size_t>(*next)];
+    if (tars && !(job.index >= tar_begin && job.index < tar_end)) {  // the work source hands out whole tars
+      if (tar_begin >= 0 && !pack(tar_begin, tar_end)) break;
+      std::tie(tar_begin, tar_end) = tar_images(jobs, job.index, opt.images_per_tar);
+    }
     if (done_already(job)) {
       ++summary.skipped;
       progress.image_skipped();
@@ -386,6 +447,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     Stopwatch image_watch;
     StageTimes times;
     nlohmann::json record = job_record(job);
+    if (tars) record["images_per_tar"] = opt.images_per_tar;
     record["run_id"] = opt.run_id;
     record["started"] = utc_iso_now();
     GeneratedImage image;
@@ -439,12 +501,13 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       const std::string png = png_path(opt.out_dir, job);
       bool png_written = false;
       try {
+        if (!job.folder.empty() && folders_made.insert(job.folder).second) make_output_folder(opt.out_dir, job.folder);
         const std::string bytes =
             write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
         png_written = true;
         record["file_stat"] = written_file_stat(png);
         if (opt.write_latents) {
-          const std::string latents = job.file_stem + ".latents.h5";
+          const std::string latents = job.file(".latents.h5");
           write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
           record["latents_file"] = latents;
           record["latents_sha256"] = sha256_file(opt.out_dir + "/" + latents);
@@ -461,21 +524,30 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       }
     }
     record["timings"]["write_s"] = write_watch.seconds();
-    if (image.ok) {
-      record["status"] = "ok";
-      ++summary.done;
-      log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,
-               job.file_stem + ".png", image_watch.seconds(), times.text_encoder, times.transformer, times.vae);
-    } else {
-      record["status"] = "failed";
-      record["error"] = image.error;
-      ++summary.failed;
-      log.error("image {} ({}) failed: {}; no PNG written", job.index, job.origin, image.error);
-    }
+    record["status"] = image.ok ? "ok" : "failed";
     record["finished"] = utc_now();
     record["model"] = provenance.model_name;
     record["model_checksum"] = provenance.model_checksum;
     record_denoiser_setup(provenance.denoiser, record);
+    if (image.ok && tars) try {
+        write_sample_record(opt.out_dir, job, record);
+      } catch (const std::exception& e) {
+        std::remove(png_path(opt.out_dir, job).c_str());  // an image is its PNG and its record
+        image.ok = false;
+        image.error = fmt::format("cannot write the output: {}", e.what());
+        record["status"] = "failed";
+        output_broken = true;
+      }
+    if (image.ok) {
+      ++summary.done;
+      log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,
+               job.file(), image_watch.seconds(), times.text_encoder, times.transformer, times.vae);
+    } else {
+      record["error"] = image.error;
+      ++summary.failed;
+      log.error("image {} ({}) failed: {}; no PNG written", job.index, job.origin, image.error);
+    }
+    if (tars) on_disk[static_cast<size_t>(job.index)] = image.ok ? kStaged : kNotMade;
     manifest.append(record);
     progress.image_finished();
     if (output_broken) {

@@ -56,6 +56,7 @@ struct RunOptions {
   std::string out_dir;
   bool overwrite = false;
   bool write_latents = false;          // --output-type latent: also <stem>.latents.h5
+  int64_t images_per_tar = 0;          // --output-format webdataset (0: PNGs): images staged, then packed per tar
   bool offload_text_encoder = false;
   OnSignal on_signal = OnSignal::Finish;
   std::string run_id;                  // names this run's manifest part
@@ -69,6 +70,7 @@ struct RunOptions {
 
 struct RunSummary {
   int64_t done = 0, skipped = 0, failed = 0;
+  int64_t tars_not_written = 0;  // webdataset: a tar that could not be written (its images stay staged)
   bool stopped_by_signal = false;  // stopped early: images may be left (exit kExitRequeue)
   double seconds = 0;
 };
@@ -88,6 +90,7 @@ struct ResumeKey {
   int64_t max_sequence_length = 0;
   bool with_latents = false;
   DenoiserSetup denoiser;  // the LoRAs and the scheduler
+  int64_t images_per_tar = 0;  // --output-format webdataset (0: PNGs): its tars' size, and a record beside each staged PNG
 };
 
 // The PNG's path for a job, and whether it is already made: its manifest line says "ok", names
@@ -103,13 +106,14 @@ bool image_is_complete(const std::string& out_dir, const ImageJob& job, const Re
 // whether its last line lists it complete (settings unchanged, its files whole by their stat or
 // sha256), made with other settings (its PNG still there), or neither.
 struct PreviousImages {
-  enum State : uint8_t { Absent = 0, Complete = 1, OtherSettings = 2, Incomplete = 3 };
+  enum State : uint8_t { Absent = 0, Complete = 1, OtherSettings = 2, Incomplete = 3, Packed = 4 };  // Packed: complete, in its tar
   std::vector<uint8_t> state;                 // per job index
   std::map<int64_t, std::string> examples;    // "file (changes)" of OtherSettings images, the first ones
   int64_t count(State s, int64_t begin, int64_t end) const;
+  // Per job index: 0 to make, 1 complete (in a WebDataset folder: staged), 2 complete in its tar.
   std::vector<uint8_t> complete_flags() const {
     std::vector<uint8_t> flags(state.size());
-    for (size_t i = 0; i < state.size(); ++i) flags[i] = state[i] == Complete;
+    for (size_t i = 0; i < state.size(); ++i) flags[i] = state[i] == Complete ? 1 : state[i] == Packed ? 2 : 0;
     return flags;
   }
 };

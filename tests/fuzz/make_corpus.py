@@ -61,6 +61,29 @@ def safetensors_subset(path, budget):
     return struct.pack("<Q", len(text)) + text + body
 
 
+def sharded_name(name):
+    """The file of the same image under --layout sharded: "000001-x.png" -> "00000/000000001-x.png"."""
+    stem, _, rest = name.partition("-")
+    if stem.isdigit() and len(stem) == 6:
+        name = f"{int(stem):09d}-{rest}"
+    return f"{int(stem) // 10000 if stem.isdigit() else 0:05d}/{name}"
+
+
+def sharded_manifest(manifest):
+    """The fixture's manifest as a --layout sharded run lists it (the fuzz target lays the same
+    PNGs and latents out in 00000/ too: their bytes do not depend on the layout)."""
+    lines = []
+    for line in manifest.splitlines():
+        record = json.loads(line)
+        for key in ("file", "latents_file"):
+            if key in record:
+                record[key] = sharded_name(record[key])
+        record.pop("file_stat", None)  # another path, another inode: the rerun hashes them
+        record.pop("latents_file_stat", None)
+        lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
+    return "".join(line + "\n" for line in lines)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -142,6 +165,7 @@ def main():
         f.write(first["model_checksum"] + "\n")
     seed("manifest", "manifest.jsonl", manifest)
     seed("manifest", "torn-last-line.jsonl", manifest + manifest.splitlines()[0][:40])
+    seed("manifest", "sharded.jsonl", sharded_manifest(manifest))
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(CORPUS) for f in fs)
     print(f"corpus: {total} bytes in {CORPUS}; fixture: {fixture}")
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks a generate output folder: every PNG complete (chunk CRCs, IEND), the manifest holds
 each index exactly once with status ok and the PNG's sha256, and (optionally) the PNGs are
-byte-identical to a reference folder. Standard library only. Exit 0 = good, 1 = a problem."""
+byte-identical to a reference folder. PNGs are found in the folder and its subfolders (--layout
+sharded), named by their path inside it. Standard library only. Exit 0 = good, 1 = a problem."""
 import hashlib
 import json
 import struct
@@ -11,7 +12,10 @@ from pathlib import Path
 
 
 def png_complete(path):
-    data = path.read_bytes()
+    return png_bytes_complete(path.read_bytes())
+
+
+def png_bytes_complete(data):
     if data[:8] != b"\x89PNG\r\n\x1a\n":
         return False
     pos = 8
@@ -34,10 +38,10 @@ def main():
     expected = int(sys.argv[2])
     reference = Path(sys.argv[3]) if len(sys.argv) > 3 else None
     problems = []
-    pngs = sorted(p for p in out.glob("*.png"))
+    pngs = sorted(p.relative_to(out) for p in out.rglob("*.png"))
     for p in pngs:
-        if not png_complete(p):
-            problems.append(f"{p.name}: incomplete PNG")
+        if not png_complete(out / p):
+            problems.append(f"{p}: incomplete PNG")
     if len(pngs) != expected:
         problems.append(f"{len(pngs)} PNGs, expected {expected}")
     lines = [json.loads(l) for l in (out / "manifest.jsonl").read_text().splitlines()]
@@ -54,8 +58,8 @@ def main():
         elif hashlib.sha256(f.read_bytes()).hexdigest() != l["sha256"]:
             problems.append(f"{l['file']}: sha256 differs from the manifest")
     if reference is not None:
-        ref = sorted(p.name for p in reference.glob("*.png"))
-        if ref != [p.name for p in pngs]:
+        ref = sorted(p.relative_to(reference) for p in reference.rglob("*.png"))
+        if ref != pngs:
             problems.append(f"file names differ from {reference}")
         for name in ref:
             if (out / name).exists() and (out / name).read_bytes() != (reference / name).read_bytes():

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
-# usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | idle | empty | failure |
-#        kill-rerun | weights-once | selftest | lora)
+# usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | sharded | webdataset | idle |
+#        empty | failure | kill-rerun | kill-rerun-sharded | kill-rerun-webdataset | weights-once |
+#        selftest | lora)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,8 +21,9 @@ gen() {  # gen N OUT [extra args...]
   mpiexec -n "$n" "$exe" generate --weights "$model" --out "$out" "${size[@]}" --steps 3 "$@"
 }
 check() { python3 "$here/check_outputs.py" "$@"; }
+check_tars() { python3 "$here/../webdataset/check_tars.py" "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
-count_pngs() { find "$1" -maxdepth 1 -name '*.png' 2>/dev/null | wc -l; }
+count_pngs() { find "$1" -name '*.png' 2>/dev/null | wc -l; }  # in subfolders too (--layout sharded)
 alive() { local st; st=$(ps -o stat= -p "$1") && [[ $st != Z* ]]; }  # a child not yet waited for is a zombie
 
 case $case_name in
@@ -42,6 +44,51 @@ case $case_name in
     gen 2 "$work/mixed" --prompts "$work/mixed.jsonl" > "$work/log" 2>&1 || { cat "$work/log"; fail "mixed"; }
     grep -q "shard dynamic" "$work/log" || fail "auto did not choose dynamic for mixed sizes"
     check "$work/mixed" 3
+    ;;
+  sharded)
+    # --layout sharded: images 9998..10001 (array slice 2499 of 2500 over 10,002 prompts: slices
+    # are contiguous, the first n % count one longer) lie across the first folder boundary;
+    # byte-identical for -n 1 and -n 3 in every shard mode, and to the flat layout's images.
+    python3 -c 'for i in range(10002): print(f"sharded test prompt {i}")' > "$work/many.txt"
+    slice=(--prompts "$work/many.txt" --array-index 2499 --array-count 2500)
+    gen 1 "$work/ref" "${slice[@]}" --layout sharded > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/ref" 4
+    for shard in contiguous strided dynamic; do
+      gen 3 "$work/n3-$shard" "${slice[@]}" --layout sharded --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+      check "$work/n3-$shard" 4 "$work/ref"
+    done
+    gen 2 "$work/flat" "${slice[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "flat run"; }
+    python3 - "$work/ref" "$work/flat" <<'PY' || fail "sharded and flat images differ"
+import json, sys
+from pathlib import Path
+sharded, flat = Path(sys.argv[1]), Path(sys.argv[2])
+lines = {l["index"]: l for l in map(json.loads, (sharded / "manifest.jsonl").read_text().splitlines())}
+flat_lines = {l["index"]: l for l in map(json.loads, (flat / "manifest.jsonl").read_text().splitlines())}
+assert sorted(lines) == [9998, 9999, 10000, 10001], sorted(lines)
+for i, l in lines.items():
+    assert l["file"] == f"{i // 10000:05d}/{i:09d}-sharded-test-prompt-{i}.png", l["file"]
+    assert flat_lines[i]["file"] == f"{i:06d}-sharded-test-prompt-{i}.png", flat_lines[i]["file"]
+    assert (sharded / l["file"]).read_bytes() == (flat / flat_lines[i]["file"]).read_bytes(), i
+PY
+    ;;
+  webdataset)
+    # Tars of 2: every rank count and shard mode writes the same tars, each sample's PNG the
+    # flat layout's image byte for byte (check_tars.py reads them with Python's tarfile).
+    gen 1 "$work/flat" --prompts "$prompts" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    wds=(--prompts "$prompts" --output-format webdataset --images-per-tar 2)
+    gen 1 "$work/n1" "${wds[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 1"; }
+    check_tars "$work/n1" 7 2 "$work/flat"
+    for shard in contiguous strided dynamic; do
+      gen 3 "$work/n3-$shard" "${wds[@]}" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+      check_tars "$work/n3-$shard" 7 2 "$work/flat"
+    done
+    # Array slices are whole tars: slice 1 of 2 is tars 2 and 3 (images 4..6), slice 0 the rest.
+    gen 2 "$work/slices" "${wds[@]}" --array-index 1 --array-count 2 > "$work/log" 2>&1 || { cat "$work/log"; fail "slice 1"; }
+    [ "$(cd "$work/slices" && ls -- *.tar | tr '\n' ' ')" = "00002.tar 00003.tar " ] || { ls "$work/slices"; fail "slice 1 wrote other tars"; }
+    gen 2 "$work/slices" "${wds[@]}" --array-index 0 --array-count 2 > "$work/log" 2>&1 || { cat "$work/log"; fail "slice 0"; }
+    check_tars "$work/slices" 7 2 "$work/flat"
     ;;
   idle)
     # More ranks than prompts: the idle ranks exit cleanly.
@@ -100,7 +147,14 @@ assert lines[3]["status"] == "failed" and "cannot write" in lines[3]["error"], l
 assert all(lines[i]["status"] == "ok" for i in lines if i != 3)
 PY
     ;;
-  kill-rerun)
+  kill-rerun | kill-rerun-sharded | kill-rerun-webdataset)
+    case $case_name in
+      kill-rerun-sharded) layout=(--layout sharded) ;;
+      kill-rerun-webdataset) layout=(--output-format webdataset --images-per-tar 2) ;;  # 6 tars, 2 a rank
+      *) layout=() ;;
+    esac
+    ref_layout=("${layout[@]}")
+    [ "$case_name" = kill-rerun-webdataset ] && ref_layout=()  # its tars are checked against flat PNGs
     # Killed mid-run with -n 3 (every process of the run, as a job's end kills them), rerun
     # with -n 2: every image present, none duplicated or corrupt, and the same bytes as an
     # uninterrupted run. Each rank's second image is slow (1000 steps at 128², seconds): once
@@ -113,11 +167,11 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"prompt": f"kill test prompt {i}", **({"steps": 1000, "width": 128, "height": 128} if i % 4 == 1 else {})}) + "\n")
 PY
     size=(--width 64 --height 64)
-    gen 1 "$work/ref" --prompts "$work/many.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    gen 1 "$work/ref" --prompts "$work/many.jsonl" "${ref_layout[@]}" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
     # setsid: the run gets a session of its own. mpiexec puts each rank in a process group of
     # its own, but all of them stay in this session, so it names every process of the run.
     setsid mpiexec -n 3 "$exe" generate --weights "$model" --out "$work/out" --prompts "$work/many.jsonl" \
-      "${size[@]}" --steps 3 --shard contiguous > "$work/killed.log" 2>&1 &
+      "${size[@]}" --steps 3 --shard contiguous "${layout[@]}" > "$work/killed.log" 2>&1 &
     pid=$!
     until [ "$(count_pngs "$work/out")" -ge 3 ]; do
       alive "$pid" || { cat "$work/killed.log"; fail "the run ended before its third PNG"; }
@@ -135,7 +189,7 @@ PY
     made=$(count_pngs "$work/out")
     [ "$made" -lt 12 ] || fail "the run finished before the kill; the test proves nothing"
     echo "killed the run at $made of 12 PNGs"
-    gen 2 "$work/out" --prompts "$work/many.jsonl" > "$work/log" 2>&1 || { cat "$work/log"; fail "rerun"; }
+    gen 2 "$work/out" --prompts "$work/many.jsonl" "${layout[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "rerun"; }
     # a PNG renamed into place just before the kill may lack its manifest line: made again
     python3 - "$work/log" "$made" <<'PY' || { cat "$work/log"; fail "the rerun's summary"; }
 import re, sys
@@ -143,7 +197,7 @@ done, skipped, failed = map(int, re.search(r"summary: (\d+) done, (\d+) skipped,
 assert failed == 0 and done + skipped == 12 and skipped <= int(sys.argv[2]), (done, skipped, failed)
 print(f"rerun: {done} done, {skipped} skipped")
 PY
-    check "$work/out" 12 "$work/ref"
+    if [ "$case_name" = kill-rerun-webdataset ]; then check_tars "$work/out" 12 2 "$work/ref"; else check "$work/out" 12 "$work/ref"; fi
     ;;
   weights-once)
     # 3 ranks on one node: bytes read from the weight file total about 1x the file.

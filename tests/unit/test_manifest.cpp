@@ -66,7 +66,9 @@ TEST(Manifest, TheLastLinePerIndexWinsAndTheMergeCopiesItAsWritten) {
   for_each_manifest_line(
       out,
       [&](int64_t index, const nlohmann::json& line) {
-        if (index == 1) EXPECT_EQ(line, nlohmann::json::parse("{\"index\":1,\"file\":\"b.png\"}"));
+        if (index == 1) {
+          EXPECT_EQ(line, nlohmann::json::parse("{\"index\":1,\"file\":\"b.png\"}"));
+        }
       },
       {"file"});
 
