@@ -58,16 +58,21 @@ std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const c
   return st;
 }
 
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, bool latents, OutputTrust trust) {
-  const ListedKeys keys = keys_of(latents);
-  const std::string name = string_field(record, keys.file);
+bool listed_file_is_whole(const std::string& out_dir, const ListedFile& listed, OutputTrust trust) {
+  const std::string name(listed.name);
   if (!is_plain_file_name(name)) return false;
   const std::string path = out_dir + "/" + name;
   const std::optional<FileStat> now = stat_regular_file(path);
   if (!now) return false;
-  if (trust == OutputTrust::Stat && now == recorded_file_stat(record, keys.stat)) return true;
+  if (trust == OutputTrust::Stat && now == listed.stat) return true;
   const std::string sha256 = sha256_in_folder(path);
-  return !sha256.empty() && sha256 == string_field(record, keys.sha256);
+  return !sha256.empty() && sha256 == listed.sha256;
+}
+
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, bool latents, OutputTrust trust) {
+  const ListedKeys keys = keys_of(latents);
+  const std::string name = string_field(record, keys.file), sha256 = string_field(record, keys.sha256);
+  return listed_file_is_whole(out_dir, ListedFile{name, sha256, recorded_file_stat(record, keys.stat)}, trust);
 }
 
 std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,

@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/fs.h"
@@ -28,6 +30,13 @@ std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const c
 // Only a plain name inside the folder, of a regular file that is not a symbolic link, can be
 // one: a manifest in a folder others may write to could name "../../dev/zero" or a link.
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, bool latents, OutputTrust trust);
+// The same of what a line lists of one file, read by other means (ManifestFieldParser): its
+// name and sha256 ("" when not strings) and its stat (nullopt unless recorded whole).
+struct ListedFile {
+  std::string_view name, sha256;
+  std::optional<FileStat> stat;
+};
+bool listed_file_is_whole(const std::string& out_dir, const ListedFile& listed, OutputTrust trust);
 
 struct OutputMismatch {
   int64_t index = 0;

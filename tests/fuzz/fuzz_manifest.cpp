@@ -3,6 +3,9 @@
 // weight is read) and the per-image skip test (image_is_complete), with and without
 // --output-type latent.
 //
+// Two parsers read these lines: the quick one a rerun scans with (scan_previous_images) and
+// nlohmann's, behind read_manifest and image_is_complete; they must agree on every image.
+//
 // The folder is a real one: the PNGs and latents files of a tiny-model run (fixtures/manifest,
 // made by tests/fuzz/make_corpus.sh with the same prompts and settings as here), so a line that
 // matches them takes the "complete" paths. Beyond "no crash": an image counts as complete only
@@ -60,8 +63,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::parse([&] { check_previous_images(fx.out.path(), fx.jobs, key); });
     fuzz::parse([&] {
       const auto manifest = read_manifest(fx.out.path());
+      const PreviousImages scanned = scan_previous_images(fx.out.path(), fx.jobs, key);
       for (const ImageJob& job : fx.jobs) {
-        if (!image_is_complete(fx.out.path(), job, key, manifest)) continue;
+        const bool complete = image_is_complete(fx.out.path(), job, key, manifest);
+        if (complete != (scanned.state[static_cast<size_t>(job.index)] == PreviousImages::Complete))
+          fuzz::finding("image " + std::to_string(job.index) + (complete ? " is" : " is not") +
+                        " complete by the full parser, but the scan says otherwise");
+        if (!complete) continue;
         const auto& record = manifest.at(job.index);
         const std::string png = fx.out / (job.file_stem + ".png");
         // Trusted without a read only when the stat listed is the file's own (size, mtime in
