@@ -13,6 +13,7 @@ packages=(
   libgtest-dev                        # tests
   libpng-dev                          # PNG output
   nlohmann-json3-dev                  # configs, safetensors headers, jsonl
+  libsimdjson-dev                     # manifest lines read at resume (a million of them)
   libspdlog-dev libfmt-dev            # logging
   libopenblas-openmp-dev              # GEMM for the CPU backend (OpenMP threads, like our own loops)
   libsleef-dev                        # torch's vectorised exp/sin/cos/tanh, bit for bit

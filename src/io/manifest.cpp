@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/manifest_fields.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;
@@ -106,21 +107,6 @@ void for_each_raw_line(const fs::path& path, const std::function<void(std::strin
   ::close(fd);
 }
 
-// The index of a manifest line, parsed, or nullopt (a torn line from a killed writer, or not an
-// object with an integer index: its image is simply not done).
-std::optional<nlohmann::json> parse_line(std::string_view text, const std::set<std::string>* keep) {
-  // Fields no reader of this pass needs (timings, host, ...) are dropped as they are parsed.
-  const nlohmann::json::parser_callback_t drop_others = [keep](int depth, nlohmann::json::parse_event_t event,
-                                                              nlohmann::json& parsed) {
-    return depth != 1 || event != nlohmann::json::parse_event_t::key || keep->count(parsed.get_ref<const std::string&>());
-  };
-  nlohmann::json j = nlohmann::json::parse(text, keep ? drop_others : nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  const auto it = j.find("index");
-  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-  return j;
-}
-
 std::vector<fs::path> part_files(const std::string& out_dir) {
   std::vector<fs::path> parts;
   const fs::path dir = fs::path(out_dir) / kPartsDir;
@@ -139,18 +125,37 @@ std::vector<fs::path> part_files(const std::string& out_dir) {
 
 }  // namespace
 
-void for_each_manifest_line(const std::string& out_dir,
-                            const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
-                            const std::set<std::string>& fields) {
-  std::set<std::string> keep = fields;
-  if (!keep.empty()) keep.insert("index");
+std::optional<nlohmann::json> parse_manifest_line(std::string_view text, const std::set<std::string>& fields) {
+  // Fields no reader of this pass needs (timings, host, ...) are dropped as they are parsed.
+  const nlohmann::json::parser_callback_t drop_others = [&fields](int depth, nlohmann::json::parse_event_t event,
+                                                                 nlohmann::json& parsed) {
+    if (depth != 1 || event != nlohmann::json::parse_event_t::key) return true;
+    const std::string& key = parsed.get_ref<const std::string&>();
+    return key == "index" || fields.count(key) > 0;
+  };
+  nlohmann::json j = nlohmann::json::parse(text, fields.empty() ? nullptr : drop_others, false);
+  // A torn line from a killed writer, or not an object with an integer index: its image is
+  // simply not done.
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  const auto it = j.find("index");
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return j;
+}
+
+void for_each_manifest_text(const std::string& out_dir, const std::function<void(std::string_view line)>& visit) {
   auto each = [&](const fs::path& path) {
-    for_each_raw_line(path, [&](std::string_view text, uint64_t) {
-      if (const auto j = parse_line(text, keep.empty() ? nullptr : &keep)) visit((*j)["index"].get<int64_t>(), *j);
-    });
+    for_each_raw_line(path, [&](std::string_view text, uint64_t) { visit(text); });
   };
   each(fs::path(out_dir) / "manifest.jsonl");
   for (const auto& part : part_files(out_dir)) each(part);
+}
+
+void for_each_manifest_line(const std::string& out_dir,
+                            const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
+                            const std::set<std::string>& fields) {
+  for_each_manifest_text(out_dir, [&](std::string_view text) {
+    if (const auto j = parse_manifest_line(text, fields)) visit((*j)["index"].get<int64_t>(), *j);
+  });
 }
 
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir) {
@@ -202,10 +207,16 @@ size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   files.insert(files.end(), parts.begin(), parts.end());
   std::vector<LineSpot> spots;
   const std::set<std::string> index_only = {"index"};
+  ManifestFieldParser fast;
+  ManifestFields fields;
   for (uint32_t f = 0; f < files.size(); ++f)
     for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset) {
-      if (const auto j = parse_line(text, &index_only))
-        spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
+      const auto verdict = fast.parse(text, fields);
+      if (verdict == ManifestFieldParser::Fields)
+        spots.push_back({fields.index, offset, static_cast<uint32_t>(text.size()), f});
+      else if (verdict == ManifestFieldParser::Unsure)
+        if (const auto j = parse_manifest_line(text, index_only))
+          spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
     });
   // By index, the last line read winning (a later part is a later run's).
   std::stable_sort(spots.begin(), spots.end(), [](const LineSpot& a, const LineSpot& b) { return a.index < b.index; });

@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ditbatch {
@@ -41,6 +43,11 @@ class ManifestPart {
 void for_each_manifest_line(const std::string& out_dir,
                             const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
                             const std::set<std::string>& fields = {});
+// The same lines as text, in the same order, before any parsing (a reader of a million lines
+// parses them its own way: ManifestFieldParser), and the parse for_each_manifest_line makes of
+// one: nullopt for a line it skips.
+void for_each_manifest_text(const std::string& out_dir, const std::function<void(std::string_view line)>& visit);
+std::optional<nlohmann::json> parse_manifest_line(std::string_view line, const std::set<std::string>& fields = {});
 // All of them, the last one per index (for a folder of a size that fits in memory as JSON).
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
 // Rewrites DIR/manifest.jsonl atomically, the last line per index, sorted by index, and removes

@@ -122,7 +122,23 @@ std::string sha256_of(const Listed& l) {
 
 }  // namespace
 
+bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust) {
+  const std::optional<std::string> path = output_path(out_dir, std::string(listed.name));
+  if (!path) return false;
+  const std::optional<FileStat> now = stat_regular_file(*path);
+  if (!now) return false;
+  if (trust == OutputTrust::Stat && now == listed.stat) return true;
+  const std::string sha256 = sha256_in_folder(*path);
+  return !sha256.empty() && sha256 == listed.sha256;
+}
+
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust) {
+  const ListedKeys keys = keys_of(which);
+  if (!keys.member || !is_tar_member(record))
+    return listed_file_is_whole(out_dir,
+                                FileListing{string_field(record, keys.file), string_field(record, keys.sha256),
+                                            recorded_file_stat(record, keys.stat)},
+                                trust);
   const std::optional<Listed> l = listed(out_dir, record, which);
   if (!l) return false;
   const std::optional<FileStat> now = stat_regular_file(l->path);

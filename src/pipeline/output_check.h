@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/fs.h"
@@ -40,6 +42,13 @@ std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const c
 // inside one of its five-digit subfolders (is_output_name), can be one: a manifest in a folder
 // others may write to could name "../../dev/zero" or a link.
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust);
+// The same of a file (not a tar member) a line lists, read by other means (ManifestFieldParser):
+// its name and sha256 ("" when not strings) and its stat (nullopt unless recorded whole).
+struct FileListing {
+  std::string_view name, sha256;
+  std::optional<FileStat> stat;
+};
+bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust);
 
 struct OutputMismatch {
   int64_t index = 0;

@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "core/wall_clock.h"
 #include "io/h5.h"
+#include "io/manifest_fields.h"
 #include "io/run_record.h"
 #include "pipeline/stop_signal.h"
 #include "pipeline/tar_shards.h"
@@ -201,6 +202,49 @@ PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, 
   return packed ? PreviousImages::Packed : PreviousImages::Complete;
 }
 
+// Whether a recorded LoRA set (as minified JSON) is the run's, for one text after another:
+// the lines of a folder hold the same one, compared once.
+class LoraVerdicts {
+ public:
+  explicit LoraVerdicts(const DenoiserSetup& setup) : now_(lora_set_key(setup.loras)) {}
+  bool same(const std::string& then) {
+    if (then != then_ || !known_) {
+      same_ = lora_set_key(nlohmann::json::parse(then)) == now_;  // as changed_denoiser_settings reads it
+      then_ = then;
+      known_ = true;
+    }
+    return same_;
+  }
+
+ private:
+  std::string now_, then_;
+  bool known_ = false, same_ = false;
+};
+
+// state_of of a line read by ManifestFieldParser, where it can say without the full parser:
+// nullopt where a setting or the file differs, or is of a shape it does not compare (the
+// full path finds what changed and words it). Every comparison is changed_settings's.
+std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, const ImageJob& job,
+                                                    const ResumeKey& key, const ManifestFields& f, OutputTrust trust,
+                                                    LoraVerdicts& loras) {
+  if (f.status != "ok") return PreviousImages::Incomplete;
+  if (key.images_per_tar > 0) return std::nullopt;  // a WebDataset line: its tar member and record, by the full path
+  const std::string_view negative = job.true_cfg ? std::string_view(job.negative_prompt) : std::string_view();
+  bool same = f.prompt == job.prompt && f.negative_prompt == negative && f.seed == job.seed &&
+              f.width == job.width && f.height == job.height && f.steps == job.steps &&
+              f.cfg == (job.true_cfg ? job.cfg : 1.0f) && f.model_checksum == key.model_checksum;
+  if (same && f.max_sequence_length > 0 && f.max_sequence_length != key.max_sequence_length)
+    for (const int64_t tokens : {f.prompt_tokens, f.negative_prompt_tokens})
+      if (std::min(tokens, f.max_sequence_length) != std::min(tokens, key.max_sequence_length)) same = false;
+  same = same && f.scheduler.value_or(key.denoiser.model_scheduler) == key.denoiser.scheduler && loras.same(f.loras);
+  same = same && f.file == job.file();
+  if (!same) return std::nullopt;
+  const FileListing png{f.file, f.sha256, f.file_stat}, latents{f.latents_file, f.latents_sha256, f.latents_file_stat};
+  const bool whole = listed_file_is_whole(out_dir, png, trust) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust));
+  return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
+}
+
 }  // namespace
 
 bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
@@ -229,22 +273,39 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
       "json_member_offset", "json_member_size", "images_per_tar", "prompt",
       "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
       "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
-  for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& record) {
+  // Each line read by the quick parser; only where it cannot say, by the full one (the same
+  // verdict, and the words of what changed).
+  ManifestFieldParser parser;
+  ManifestFields fields;
+  LoraVerdicts loras(key.denoiser);
+  for_each_manifest_text(out_dir, [&](std::string_view text) {
+    std::optional<nlohmann::json> record;
+    const ManifestFieldParser::Verdict verdict = parser.parse(text, fields);
+    if (verdict == ManifestFieldParser::NotALine) return;
+    if (verdict == ManifestFieldParser::Unsure && !(record = parse_manifest_line(text, kResumeFields))) return;
+    const int64_t index = record ? (*record)["index"].get<int64_t>() : fields.index;
     if (index < begin || index >= end || index >= std::ssize(jobs)) return;
     const ImageJob& job = jobs[static_cast<size_t>(index)];
+    auto state_by = [&](OutputTrust trust, std::string* other) {
+      if (!record)
+        if (const auto quick = quick_state_of(out_dir, job, key, fields, trust, loras)) return *quick;
+      if (!record) record = parse_manifest_line(text, kResumeFields);
+      return record ? state_of(out_dir, job, key, *record, trust, other) : PreviousImages::Absent;
+    };
     std::string other;
-    auto state = state_of(out_dir, job, key, record, OutputTrust::Stat, &other);
+    auto state = state_by(OutputTrust::Stat, &other);
+    if (state == PreviousImages::Absent) return;  // (the full parser skips a line the quick one read)
     previous.examples.erase(index);
     if (state == PreviousImages::OtherSettings && previous.examples.size() < kExamplesKept)
       previous.examples.emplace(index, std::move(other));
     if (changed_in_place) {
       const bool by_hash = (state == PreviousImages::Complete || state == PreviousImages::Packed) &&
-                           state_of(out_dir, job, key, record, OutputTrust::Hash, nullptr) != state;
+                           state_by(OutputTrust::Hash, nullptr) != state;
       changed[static_cast<size_t>(index)] = by_hash;
       if (by_hash) state = PreviousImages::Incomplete;
     }
     previous.state[static_cast<size_t>(index)] = state;
-  }, kResumeFields);
+  });
   if (changed_in_place)
     for (size_t i = 0; i < changed.size(); ++i)
       if (changed[i]) changed_in_place->push_back(static_cast<int64_t>(i));

@@ -3,11 +3,15 @@
 // weight is read) and the per-image skip test (image_is_complete), with and without
 // --output-type latent, and for the flat, sharded and WebDataset layouts.
 //
+// Two parsers read these lines: the quick one a rerun scans with (scan_previous_images) and
+// nlohmann's, behind read_manifest and image_is_complete; they must agree on every image.
+//
 // The folder is a real one: the PNGs and latents files of a tiny-model run (fixtures/manifest,
 // made by tests/fuzz/make_corpus.sh with the same prompts and settings as here; the same files
 // are in 00000/ under their sharded and WebDataset names, since no byte of them depends on the
-// layout, and in 00000.tar), so a line that matches them takes the "complete" paths. Beyond "no crash": an image counts as complete only
-// if its PNG in --out has the sha256 its line records.
+// layout, and in 00000.tar), so a line that matches them takes the "complete" paths. Beyond
+// "no crash": an image counts as complete only if its PNG in --out (or its member of the tar)
+// has the sha256 its line records.
 #include <filesystem>
 #include <fstream>
 
@@ -93,8 +97,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::parse([&] { check_previous_images(fx.out.path(), *jobs, key); });
       fuzz::parse([&] {
         const auto manifest = read_manifest(fx.out.path());
+        const PreviousImages scanned = scan_previous_images(fx.out.path(), *jobs, key);
         for (const ImageJob& job : *jobs) {
-          if (!image_is_complete(fx.out.path(), job, key, manifest)) continue;
+          const bool complete = image_is_complete(fx.out.path(), job, key, manifest);
+          const uint8_t state = scanned.state[static_cast<size_t>(job.index)];
+          if (complete != (state == PreviousImages::Complete || state == PreviousImages::Packed))
+            fuzz::finding("image " + std::to_string(job.index) + (complete ? " is" : " is not") +
+                          " complete by the full parser, but the scan says otherwise");
+          if (!complete) continue;
           const auto& record = manifest.at(job.index);
           // A packed image is its member of the tar, at the place its line gives.
           const bool member = record.contains("member") && record.at("member").is_string();
