@@ -434,8 +434,14 @@ nlohmann::json LoraSet::provenance() const {
 std::string lora_set_key(const nlohmann::json& provenance) {
   std::vector<std::string> entries;
   if (provenance.is_array())
-    for (const auto& e : provenance)
-      entries.push_back(fmt::format("{}:{}", e.value("sha256", ""), e.value("strength", 0.0)));
+    for (const auto& e : provenance) {
+      // An entry of another shape (a hand-edited manifest line) is its JSON: it matches no LoRA.
+      const nlohmann::json sha256 = e.is_object() ? e.value("sha256", nlohmann::json("")) : nlohmann::json();
+      const nlohmann::json strength = e.is_object() ? e.value("strength", nlohmann::json(0.0)) : nlohmann::json();
+      entries.push_back(sha256.is_string() && strength.is_number()
+                            ? fmt::format("{}:{}", sha256.get<std::string>(), strength.get<double>())
+                            : "?" + e.dump());
+    }
   std::sort(entries.begin(), entries.end());
   return fmt::format("{}", fmt::join(entries, ","));
 }

@@ -36,7 +36,10 @@ namespace {
 std::string shown_loras(const nlohmann::json& loras) {
   if (!loras.is_array() || loras.empty()) return "none";
   std::vector<std::string> items;
-  for (const auto& l : loras) items.push_back(fmt::format("{} {}", l.value("file", "?"), l.value("strength", 0.0)));
+  for (const auto& l : loras)
+    items.push_back(l.is_object() && l.value("file", nlohmann::json()).is_string() && l.value("strength", nlohmann::json()).is_number()
+                        ? fmt::format("{} {}", l["file"].get<std::string>(), l["strength"].get<double>())
+                        : l.dump());
   return fmt::format("[{}]", fmt::join(items, ", "));
 }
 
@@ -49,7 +52,12 @@ std::vector<std::string> changed_denoiser_settings(const DenoiserSetup& setup, c
   const nlohmann::json then = record.value("loras", nlohmann::json::array());  // none before LoRAs existed
   if (lora_set_key(then) != lora_set_key(setup.loras))
     changes.push_back(fmt::format("loras {}, now {}", shown_loras(then), shown_loras(setup.loras)));
-  const std::string scheduler_then = record.value("scheduler", setup.model_scheduler);
+  // A line of another tool's (or edited) may hold any JSON there: a scheduler that is no text is
+  // another one (its JSON shown), never nlohmann's type_error ending the run.
+  const auto recorded = record.find("scheduler");
+  const std::string scheduler_then = recorded == record.end() ? setup.model_scheduler  // before schedulers were recorded
+                                     : recorded->is_string()  ? recorded->get<std::string>()
+                                                              : recorded->dump();
   if (scheduler_then != setup.scheduler) changes.push_back(fmt::format("scheduler {}, now {}", scheduler_then, setup.scheduler));
   return changes;
 }

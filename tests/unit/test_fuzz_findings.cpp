@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/sha256.h"
@@ -212,4 +213,36 @@ TEST(FuzzFindings, CalculateShiftTakesTheExactDifferenceOfAnyTwoInt64) {
   EXPECT_EQ(calculate_shift(256, base, max, 0.5, 0.9), 256.0 * m + b);
   // The usual numbers are unchanged: the tiny pipeline's config at 1024x1024 (4096 image tokens).
   EXPECT_EQ(calculate_shift(4096, 256, 8192, 0.5, 0.9), 4096.0 * (0.4 / 7936.0) + (0.5 - (0.4 / 7936.0) * 256.0));
+}
+
+// A manifest line whose "scheduler" is no text, or whose "loras" entries are not the objects
+// ditbatch writes, ended the rerun with nlohmann's type_error (exit 2 naming nothing). Such a
+// recorded setting is another one: the rerun is refused, naming it, as for any changed setting.
+TEST(FuzzFindings, ASchedulerOrLorasOfAnotherShapeIsAnotherSetting) {
+  test::TempDir out;
+  const ImageJob job = fox_job();
+  test::write_text(out / (job.file_stem + ".png"), "the image");
+  const ResumeKey key{"abc123", 512, false};
+  const nlohmann::json line = {{"index", 0},           {"status", "ok"},           {"file", job.file_stem + ".png"},
+                               {"sha256", sha256_hex("the image")}, {"prompt", job.prompt},
+                               {"negative_prompt", job.negative_prompt}, {"seed", job.seed}, {"width", job.width},
+                               {"height", job.height}, {"steps", job.steps}, {"cfg", job.cfg},
+                               {"model_checksum", "abc123"}};
+  test::write_text(out / "manifest.jsonl", line.dump() + "\n");
+  ASSERT_TRUE(image_is_complete(out.path(), job, key, read_manifest(out.path()))) << "the line must count";
+  for (const auto& [field, value, shown] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"scheduler", 5, "scheduler 5, now"},
+           {"scheduler", nlohmann::json::array(), "scheduler [], now"},
+           {"loras", nlohmann::json::array({5}), "loras [5], now none"},
+           {"loras", nlohmann::json::parse(R"([{"sha256": 7, "strength": "x", "file": 1}])"), "loras [{\"file\":1"}}) {
+    nlohmann::json odd = line;
+    odd[field] = value;
+    test::write_text(out / "manifest.jsonl", odd.dump() + "\n");
+    SCOPED_TRACE(odd.dump());
+    bool complete = true;
+    EXPECT_NO_THROW(complete = image_is_complete(out.path(), job, key, read_manifest(out.path())));
+    EXPECT_FALSE(complete);
+    const std::string message = refusal([&] { check_previous_images(out.path(), {job}, key); });
+    EXPECT_NE(message.find(shown), std::string::npos) << message;
+  }
 }
