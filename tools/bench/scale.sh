@@ -2,7 +2,10 @@
 # Start-up at scale: for N prompts, (a) a rerun over N finished images, from its start to
 # "nothing to do" (the process's end: the manifest read, the settings check, the merge and the
 # report included), and (b) a first start of N prompts, from its start to its first denoising
-# step; each with its peak memory (GNU time's maximum resident set). The finished outputs are made
+# step; each with its peak memory (GNU time's maximum resident set). Then the end of a job
+# whose runs were killed: (c) the same rerun with every line still in four manifest parts of
+# killed runs, which it merges into manifest.jsonl (and so writes the report again), beside
+# (r) `ditbatch report` of the folder alone: the merge is (c) less (r). The finished outputs are made
 # without the model (tools/bench/scale_outputs.py: real PNGs, real manifest lines). One thread.
 # A benchmark, not a test.  usage: tools/bench/scale.sh N [N...]   (BUILD_DIR=build, WORK=/tmp)
 set -euo pipefail
@@ -26,7 +29,8 @@ seconds() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv
 peak_mb() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$1"; }
 cpu_s() { awk -F': ' '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$1"; }  # on a shared machine
 
-printf "%9s %8s %10s %9s %10s %10s %9s %10s\n" N "rerun s" "rerun cpu" "rerun MB" "first s" "first cpu" "first MB" "outputs s"
+printf "%9s %8s %10s %9s %10s %10s %9s %9s %9s %8s %10s\n" N "rerun s" "rerun cpu" "rerun MB" "first s" "first cpu" \
+  "first MB" "parts s" "parts MB" "report s" "outputs s"
 for n in "$@"; do
   python3 -c "
 import sys
@@ -40,7 +44,10 @@ for i in range(int(sys.argv[1])):
   made=$(seconds "$t0" "$t1")
 
   # The report the end of a real run leaves beside its images (a rerun with nothing to do keeps it)
+  t0=$(date +%s.%N)
   "$exe" report "$work/out" > /dev/null
+  t1=$(date +%s.%N)
+  report=$(seconds "$t0" "$t1")
 
   # (a) the rerun: every image is complete, so it ends once it has checked them
   t0=$(date +%s.%N)
@@ -64,7 +71,20 @@ for i in range(int(sys.argv[1])):
   for pid in $(ps -o pid= --ppid "$timer"); do kill -TERM "$pid" || true; done  # ditbatch, time's child: it abandons its image
   wait "$timer" || true
   first=$(seconds "$t0" "$t1")
-  printf "%9d %8s %10s %9s %10s %10s %9s %10s\n" "$n" "$rerun" "$(cpu_s "$work/rerun.time")" \
-    "$(peak_mb "$work/rerun.time")" "$first" "$(cpu_s "$work/first.time")" "$(peak_mb "$work/first.time")" "$made"
+  # (c) the lines as four killed runs leave them (parts no process holds), merged by the rerun
+  mkdir -p "$work/out/.manifest"
+  split -n l/4 -d --additional-suffix=.jsonl "$work/out/manifest.jsonl" "$work/out/.manifest/killed-rank"
+  rm "$work/out/manifest.jsonl"
+  t0=$(date +%s.%N)
+  /usr/bin/time -v -o "$work/parts.time" "$exe" generate "${common[@]}" --prompts "$work/prompts.txt" \
+    --out "$work/out" > "$work/parts.log" 2>&1 || { cat "$work/parts.log" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  grep -q "0 done, $n skipped" "$work/parts.log" || { echo "scale: the rerun over parts did not skip all $n:" >&2; cat "$work/parts.log" >&2; exit 1; }
+  [ "$(wc -l < "$work/out/manifest.jsonl")" = "$n" ] && { [ ! -d "$work/out/.manifest" ] || [ -z "$(ls -A "$work/out/.manifest")" ]; } ||
+    { echo "scale: the parts were not merged into $n lines" >&2; exit 1; }
+  parts=$(seconds "$t0" "$t1")
+  printf "%9d %8s %10s %9s %10s %10s %9s %9s %9s %8s %10s\n" "$n" "$rerun" "$(cpu_s "$work/rerun.time")" \
+    "$(peak_mb "$work/rerun.time")" "$first" "$(cpu_s "$work/first.time")" "$(peak_mb "$work/first.time")" "$parts" \
+    "$(peak_mb "$work/parts.time")" "$report" "$made"
   [ -n "${KEEP:-}" ] || rm -rf "$work/out" "$work/fresh"
 done
