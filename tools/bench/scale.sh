@@ -29,8 +29,8 @@ seconds() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv
 peak_mb() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$1"; }
 cpu_s() { awk -F': ' '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$1"; }  # on a shared machine
 
-printf "%9s %8s %10s %9s %10s %10s %9s %9s %9s %8s %10s\n" N "rerun s" "rerun cpu" "rerun MB" "first s" "first cpu" \
-  "first MB" "parts s" "parts MB" "report s" "outputs s"
+printf "%9s %8s %10s %9s %10s %10s %9s %9s %10s %9s %9s %10s %10s\n" N "rerun s" "rerun cpu" "rerun MB" "first s" \
+  "first cpu" "first MB" "parts s" "parts cpu" "parts MB" "report s" "report cpu" "outputs s"
 for n in "$@"; do
   python3 -c "
 import sys
@@ -45,7 +45,7 @@ for i in range(int(sys.argv[1])):
 
   # The report the end of a real run leaves beside its images (a rerun with nothing to do keeps it)
   t0=$(date +%s.%N)
-  "$exe" report "$work/out" > /dev/null
+  /usr/bin/time -v -o "$work/report.time" "$exe" report "$work/out" > /dev/null
   t1=$(date +%s.%N)
   report=$(seconds "$t0" "$t1")
 
@@ -83,8 +83,8 @@ for i in range(int(sys.argv[1])):
   [ "$(wc -l < "$work/out/manifest.jsonl")" = "$n" ] && { [ ! -d "$work/out/.manifest" ] || [ -z "$(ls -A "$work/out/.manifest")" ]; } ||
     { echo "scale: the parts were not merged into $n lines" >&2; exit 1; }
   parts=$(seconds "$t0" "$t1")
-  printf "%9d %8s %10s %9s %10s %10s %9s %9s %9s %8s %10s\n" "$n" "$rerun" "$(cpu_s "$work/rerun.time")" \
+  printf "%9d %8s %10s %9s %10s %10s %9s %9s %10s %9s %9s %10s %10s\n" "$n" "$rerun" "$(cpu_s "$work/rerun.time")" \
     "$(peak_mb "$work/rerun.time")" "$first" "$(cpu_s "$work/first.time")" "$(peak_mb "$work/first.time")" "$parts" \
-    "$(peak_mb "$work/parts.time")" "$report" "$made"
+    "$(cpu_s "$work/parts.time")" "$(peak_mb "$work/parts.time")" "$report" "$(cpu_s "$work/report.time")" "$made"
   [ -n "${KEEP:-}" ] || rm -rf "$work/out" "$work/fresh"
 done
