@@ -58,7 +58,7 @@ class TarReader {
 };
 
 // The bytes of the member `name` of `size` bytes whose data starts at `offset` in the archive
-// at `path`, when the header before it is the one TarWriter writes for that name and size;
+// at `path`, when the header before it is that of a regular file of that name and size;
 // nullopt when it is not (another archive, an edit, a truncation) or the file cannot be read.
 // Reads only that member (a rerun checks one image of a thousand-image archive).
 std::optional<std::string> read_tar_member(const std::string& path, int64_t offset, const std::string& name,
