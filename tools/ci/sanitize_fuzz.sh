@@ -17,12 +17,13 @@
 #     the real vocabulary, every CPU op against float64, every golden model and the whole
 #     pipeline, the generate command's runs, resume, kill and signal tests) but those in
 #     SANITIZE_EXCLUDE below: Generate.ASecondSignalAbandonsTheImageBeingFinished (its signal
-#     must land within an image's steps, which the much slower sanitized run makes it miss), two
-#     HostileInputs cases that measure the CPU or ask for vast sizes on purpose, the kill -9 tests of the
-#     sharded and WebDataset layouts (a minute each of a 1000-step image under ASan, run alone;
-#     the kill and resume path is Generate.KilledRunLeavesNoPartialPngAndResumes's, run here, and
-#     staging and packing are the other layout tests'), plus the other CTest cases of the build. Not here: the MPI and Slurm tests (process
-#     orchestration around the same code; Open MPI itself is not sanitizer-clean), which the
+#     must land within an image's steps, which the much slower sanitized run makes it miss);
+#     two HostileInputs cases that measure the CPU or ask for vast sizes on purpose; the kill -9
+#     tests of the sharded and WebDataset layouts (a minute each of a 1000-step image under
+#     ASan, run alone: the kill and resume path is Generate.KilledRunLeavesNoPartialPngAndResumes's,
+#     run here, and staging and packing are the other layout tests'). Plus the other CTest cases
+#     of the build. Not here: the MPI and Slurm tests (process orchestration around the same
+#     code; Open MPI itself is not sanitizer-clean), which the
 #     main suite runs, and the CUDA backend (its emulated tests are a stage of their own).
 #  2. Every fuzz target (tests/fuzz, one per parser) runs its committed corpus once (ctest
 #     fuzz_corpus.*: the seeds and every input that once crashed it), then is fuzzed for
