@@ -25,6 +25,11 @@ bool is_real_folder(const std::string& path) {
   return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// What is at a subfolder's name when it is not a real folder.
+std::string not_a_folder(const struct stat& st) {
+  return S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISREG(st.st_mode) ? "a file" : describe_file_type(st.st_mode);
+}
+
 }  // namespace
 
 OutputLayout OutputLayout::parse(const std::string& layout, const std::string& format, int64_t images_per_tar) {
@@ -101,8 +106,8 @@ void check_output_folders(const std::string& out_dir) {
   if (bad.empty()) return;
   struct stat st {};
   ::lstat(bad.c_str(), &st);
-  fail_input("--out {}: {} is {}, where the sharded layout keeps a folder of images; remove it", out_dir, bad,
-             S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISREG(st.st_mode) ? "a file" : describe_file_type(st.st_mode));
+  fail_input("--out {}: {} is {}, where the run keeps a folder of images (sharded, or a tar's staged ones); remove it",
+             out_dir, bad, not_a_folder(st));
 }
 
 void make_output_folder(const std::string& out_dir, const std::string& folder) {
@@ -112,11 +117,7 @@ void make_output_folder(const std::string& out_dir, const std::string& folder) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) fail("{}: is gone right after it was made: {}", path, std::strerror(errno));
   if (!S_ISDIR(st.st_mode))
-    fail_input("{}: is {}, not the folder the sharded layout keeps images {}..{} in; remove it", path,
-               S_ISLNK(st.st_mode)   ? "a symbolic link"
-               : S_ISREG(st.st_mode) ? "a file"
-                                     : describe_file_type(st.st_mode),
-               std::stoll(folder) * kImagesPerFolder, (std::stoll(folder) + 1) * kImagesPerFolder - 1);
+    fail_input("{}: is {}, not the folder the run keeps these images in; remove it", path, not_a_folder(st));
 }
 
 }  // namespace ditbatch

@@ -21,6 +21,8 @@ std::pair<int64_t, int64_t> tar_images(const std::vector<ImageJob>& jobs, int64_
 
 namespace {
 
+constexpr int64_t kMaxImageBytes = int64_t{1} << 32;  // a PNG read to be packed (a 8192² one is ~200 MB)
+
 // The staged files of [begin, end), then their folder if that left it empty.
 void remove_staged(const std::string& out_dir, const std::vector<ImageJob>& jobs, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i)
@@ -55,13 +57,13 @@ bool pack_tar(const std::string& out_dir, const std::vector<ImageJob>& jobs, int
     try {
       if (on_disk[static_cast<size_t>(i)] == kPacked) {  // another image of this tar was made again
         if (!packed) packed.emplace(out_dir + "/" + first.tar);
-        std::optional<std::string> p = packed->find(key + ".png", int64_t{1} << 32);
+        std::optional<std::string> p = packed->find(key + ".png", kMaxImageBytes);
         std::optional<std::string> r = p ? packed->find(key + ".json", kMaxInputFileBytes) : std::nullopt;
         if (!r) fail_input("{}/{}: holds no {}.png and {}.json", out_dir, first.tar, key, key);
         png = std::move(*p);
         record_text = std::move(*r);
       } else {
-        png = read_file(out_dir + "/" + job.file(), int64_t{1} << 32, false);
+        png = read_file(out_dir + "/" + job.file(), kMaxImageBytes, false);
         record_text = read_file(out_dir + "/" + job.file(".json"), kMaxInputFileBytes, false);
       }
     } catch (const InputError& e) {

@@ -165,7 +165,7 @@ TEST(Layout, ASubfolderThatIsALinkIsRefusedAndNeverFollowed) {
   fs::create_directory_symlink(dir / "elsewhere", dir / "out/00000");
   auto r = test::run(generate_cmd(dir / "out", "--prompt 'a fox' --layout sharded"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "out/00000 is a symbolic link, where the sharded layout keeps a folder of images; remove it"))
+  EXPECT_TRUE(has(r.output, "out/00000 is a symbolic link, where the run keeps a folder of images (sharded, or a tar's staged ones); remove it"))
       << r.output;
   EXPECT_TRUE(fs::is_empty(dir / "elsewhere"));
 
