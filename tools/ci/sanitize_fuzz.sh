@@ -86,11 +86,20 @@ sanitized_tests() {
     wait "${pids[$i]}" || { rc=1; echo "shard $i failed: its log ($build/sanitized-tests.$i.log) ends"; grep -E '^\[  (FAILED|   OK) |Failure|error' "$build/sanitized-tests.$i.log" | grep -v ' OK ' | tail -40; }
     grep -E '^\[  (PASSED|FAILED) +\]|tests? from .* ran' "$build/sanitized-tests.$i.log"
   done
-  local alone  # after the shards: the signal tests wait on states, better not on a crowded CPU
+  # After the shards, $jobs at a time as under ctest -j: each waits for the states it needs, never
+  # for a time, and most of its time is a child process's steps.
+  local alone done_pid
+  declare -A alone_of=()
   for alone in $("$build/tests/ditbatch_tests" --gtest_list_tests --gtest_filter="$SANITIZE_ALONE:-$SANITIZE_EXCLUDE" |
-                 awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
-    "$build/tests/ditbatch_tests" --gtest_filter="$alone" >"$build/sanitized-tests.$alone.log" 2>&1 ||
-      { rc=1; echo "$alone failed:"; tail -30 "$build/sanitized-tests.$alone.log"; }
+                 awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}') ''; do
+    while ((${#alone_of[@]} >= jobs)) || { [ -z "$alone" ] && ((${#alone_of[@]} > 0)); }; do
+      wait -n -p done_pid "${!alone_of[@]}" ||
+        { rc=1; echo "${alone_of[$done_pid]} failed:"; tail -30 "$build/sanitized-tests.${alone_of[$done_pid]}.log"; }
+      unset "alone_of[$done_pid]"
+    done
+    [ -n "$alone" ] || break
+    "$build/tests/ditbatch_tests" --gtest_filter="$alone" >"$build/sanitized-tests.$alone.log" 2>&1 &
+    alone_of[$!]=$alone
   done
   # The other CTest cases of the build (make-tiny, the build info, the PNG comparison, the job scripts' lint).
   ctest --test-dir "$build" -j "$jobs" --output-on-failure -R '^(make_tiny_model|build_info|compare_pngs|slurm_lint)$' || rc=1
