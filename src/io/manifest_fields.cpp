@@ -11,13 +11,17 @@ namespace {
 enum Field : uint8_t {
   kIndex, kStatus, kFile, kSha256, kFileStat, kLatentsFile, kLatentsSha256, kLatentsFileStat, kPrompt,
   kNegativePrompt, kSeed, kWidth, kHeight, kSteps, kCfg, kModelChecksum, kMaxSequenceLength, kPromptTokens,
-  kNegativePromptTokens, kLoras, kScheduler, kFieldCount, kOther = kFieldCount
+  kNegativePromptTokens, kLoras, kScheduler, kImagesPerTar, kMember, kMemberOffset, kMemberSize, kJsonFile,
+  kJsonSha256, kJsonFileStat, kJsonMember, kJsonMemberOffset, kJsonMemberSize, kFieldCount, kOther = kFieldCount
 };
+static_assert(kFieldCount <= 32, "a field's bit in `seen`");
 
 constexpr std::array<std::string_view, kFieldCount> kNames = {
     "index", "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat",
     "prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum",
-    "max_sequence_length", "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
+    "max_sequence_length", "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "images_per_tar",
+    "member", "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
+    "json_member_offset", "json_member_size"};
 
 Field field_of(std::string_view key) {
   for (uint8_t f = 0; f < kFieldCount; ++f)
@@ -27,6 +31,11 @@ Field field_of(std::string_view key) {
 
 using simdjson::dom::element;
 using simdjson::dom::element_type;
+
+std::optional<std::string_view> string_or_none(element v) {
+  std::string_view s;
+  return v.get_string().get(s) == simdjson::SUCCESS ? std::optional(s) : std::nullopt;
+}
 
 std::string_view string_or_empty(element v) {
   std::string_view s;
@@ -126,6 +135,16 @@ ManifestFieldParser::Verdict ManifestFieldParser::parse(std::string_view line, M
       case kPromptTokens: out.prompt_tokens = integer<int64_t>(v).value_or(0); break;
       case kNegativePromptTokens: out.negative_prompt_tokens = integer<int64_t>(v).value_or(0); break;
       case kLoras: out.loras = simdjson::minify(v); break;
+      case kImagesPerTar: out.images_per_tar = integer<int64_t>(v).value_or(0); break;
+      case kMember: out.member = string_or_none(v); break;
+      case kMemberOffset: out.member_offset = integer<int64_t>(v).value_or(-1); break;
+      case kMemberSize: out.member_size = integer<int64_t>(v).value_or(-1); break;
+      case kJsonFile: out.json_file = string_or_empty(v); break;
+      case kJsonSha256: out.json_sha256 = string_or_empty(v); break;
+      case kJsonFileStat: out.json_file_stat = file_stat(v, unsure); break;
+      case kJsonMember: out.json_member = string_or_none(v); break;
+      case kJsonMemberOffset: out.json_member_offset = integer<int64_t>(v).value_or(-1); break;
+      case kJsonMemberSize: out.json_member_size = integer<int64_t>(v).value_or(-1); break;
       case kScheduler:
         if (!v.is_string()) return Unsure;  // what the full path makes of it is its own affair
         out.scheduler = std::string_view(v);

@@ -33,6 +33,14 @@ struct ManifestFields {
   int64_t max_sequence_length = 0, prompt_tokens = 0, negative_prompt_tokens = 0;
   std::string loras = "[]";                     // the value, minified ("[]" when absent)
   std::optional<std::string_view> scheduler;    // nullopt: absent
+  // A WebDataset folder's: images_per_tar as an integer field is read; the record beside a
+  // staged PNG as the image's file; a packed image's members (nullopt unless a string; an
+  // offset or size -1 unless an integer, as output_check reads them).
+  int64_t images_per_tar = 0;
+  std::string_view json_file, json_sha256;
+  std::optional<FileStat> json_file_stat;
+  std::optional<std::string_view> member, json_member;
+  int64_t member_offset = -1, member_size = -1, json_member_offset = -1, json_member_size = -1;
 };
 
 class ManifestFieldParser {

@@ -132,6 +132,17 @@ bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed,
   return !sha256.empty() && sha256 == listed.sha256;
 }
 
+bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_view tar,
+                                      const std::optional<FileStat>& tar_stat,
+                                      std::initializer_list<MemberListing> members) {
+  // (each as listed() places a member)
+  if (!tar.ends_with(".tar") || !tar_stat) return false;
+  for (const MemberListing& m : members)
+    if (!is_plain_file_name(std::string(m.name)) || m.offset < 0 || m.size < 0) return false;
+  const std::optional<std::string> path = output_path(out_dir, std::string(tar));
+  return path && stat_regular_file(*path) == tar_stat;
+}
+
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust) {
   const ListedKeys keys = keys_of(which);
   if (!keys.member || !is_tar_member(record))

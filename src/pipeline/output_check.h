@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,17 @@ struct FileListing {
   std::optional<FileStat> stat;
 };
 bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust);
+// Whether the members a line lists in a tar are whole by the tar's stat alone: the tar (a
+// ".tar" file of the folder) has the stat listed and each member a plain name and a place.
+// False says only that the stat cannot tell: the members must then be read (listed_file_is_whole
+// of the line).
+struct MemberListing {
+  std::string_view name;
+  int64_t offset = -1, size = -1;
+};
+bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_view tar,
+                                      const std::optional<FileStat>& tar_stat,
+                                      std::initializer_list<MemberListing> members);
 
 struct OutputMismatch {
   int64_t index = 0;

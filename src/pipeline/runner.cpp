@@ -228,7 +228,6 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
                                                     const ResumeKey& key, const ManifestFields& f, OutputTrust trust,
                                                     LoraVerdicts& loras) {
   if (f.status != "ok") return PreviousImages::Incomplete;
-  if (key.images_per_tar > 0) return std::nullopt;  // a WebDataset line: its tar member and record, by the full path
   const std::string_view negative = job.true_cfg ? std::string_view(job.negative_prompt) : std::string_view();
   bool same = f.prompt == job.prompt && f.negative_prompt == negative && f.seed == job.seed &&
               f.width == job.width && f.height == job.height && f.steps == job.steps &&
@@ -237,11 +236,24 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
     for (const int64_t tokens : {f.prompt_tokens, f.negative_prompt_tokens})
       if (std::min(tokens, f.max_sequence_length) != std::min(tokens, key.max_sequence_length)) same = false;
   same = same && f.scheduler.value_or(key.denoiser.model_scheduler) == key.denoiser.scheduler && loras.same(f.loras);
-  same = same && f.file == job.file();
+  // The file: a packed image names its tar and its member, a staged or plain one its path.
+  const bool packed = f.member.has_value();
+  same = same && (packed ? f.file == job.tar && *f.member == job.file_stem + ".png" : f.file == job.file());
+  same = same && (key.images_per_tar == 0 || f.images_per_tar == key.images_per_tar);
   if (!same) return std::nullopt;
-  const FileListing png{f.file, f.sha256, f.file_stat}, latents{f.latents_file, f.latents_sha256, f.latents_file_stat};
+  const FileListing png{f.file, f.sha256, f.file_stat}, latents{f.latents_file, f.latents_sha256, f.latents_file_stat},
+      record{f.json_file, f.json_sha256, f.json_file_stat};
+  if (packed) {  // whole by the tar's stat, or its members are read by the full path
+    const bool by_stat = trust == OutputTrust::Stat && !key.with_latents && key.images_per_tar > 0 &&
+                         listed_members_are_whole_by_stat(
+                             out_dir, f.file, f.file_stat,
+                             {{*f.member, f.member_offset, f.member_size},
+                              {f.json_member.value_or(""), f.json_member_offset, f.json_member_size}});
+    return by_stat ? std::optional(PreviousImages::Packed) : std::nullopt;
+  }
   const bool whole = listed_file_is_whole(out_dir, png, trust) &&
-                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust));
+                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, trust));
   return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
 }
 

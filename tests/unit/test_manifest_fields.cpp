@@ -4,7 +4,9 @@
 // the full parser's path (read_manifest + image_is_complete) must give the same.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "io/manifest.h"
 #include "io/manifest_fields.h"
 #include "io/png_io.h"
+#include "io/tar_archive.h"
 #include "pipeline/runner.h"
 #include "test_util.h"
 
@@ -54,15 +57,21 @@ std::string stat_json(const FileStat& st, const std::string& size_raw) {
 
 class ManifestFieldsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static PromptEntry prompt_entry() {
     PromptEntry e;
     e.prompt = "caf\xC3\xA9 au lait \xF0\x9F\xA6\x8A";  // "café au lait 🦊"
     e.origin = "test";
-    GenerationDefaults defaults;
-    defaults.width = defaults.height = 64;
-    defaults.steps = 2;
-    defaults.seed = 7;
-    jobs = resolve_jobs({e}, defaults, Log::quiet());
+    return e;
+  }
+  static GenerationDefaults defaults() {
+    GenerationDefaults d;
+    d.width = d.height = 64;
+    d.steps = 2;
+    d.seed = 7;
+    return d;
+  }
+  void SetUp() override {
+    jobs = resolve_jobs({prompt_entry()}, defaults(), Log::quiet());
     key.model_checksum = "5e1f0c2d9a8b7c6d5e4f3a2b1c0d9e8f";
     key.max_sequence_length = 512;
     key.denoiser.scheduler = key.denoiser.model_scheduler = "FlowMatchEulerDiscreteScheduler(shift=3)";
@@ -251,11 +260,113 @@ TEST_F(ManifestFieldsTest, WhatTheFullParserAcceptsBeyondJsonStillCounts) {
 
 TEST_F(ManifestFieldsTest, AFileOutsideTheFolderIsRefused) {
   // Its settings are this run's, but the file is another: not this image's, and not a plain name.
-  for (const std::string& file : {"\"../x.png\"", "\"/etc/passwd\"", "\"\"", "7"}) {
+  for (const char* file : {"\"../x.png\"", "\"/etc/passwd\"", "\"\"", "7"}) {
     EXPECT_EQ(scan(Line(base).set("file", file).text() + "\n"), PreviousImages::Incomplete) << file;
   }
   std::filesystem::remove(png);
   EXPECT_EQ(scan(base.text() + "\n"), PreviousImages::Incomplete);
+}
+
+// A WebDataset folder: the image packed as a member of 00000.tar (its record beside it), or
+// staged as 00000/<key>.png with its .json. Each verdict as the full parser's path gives it.
+class WebDatasetLinesTest : public ManifestFieldsTest {
+ protected:
+  void SetUp() override {
+    ManifestFieldsTest::SetUp();
+    jobs = resolve_jobs({prompt_entry()}, defaults(), Log::quiet(),
+                        OutputLayout::parse("flat", "webdataset", kDefaultImagesPerTar));
+    key.images_per_tar = kDefaultImagesPerTar;
+    const ImageJob& job = jobs[0];
+    const std::string png_bytes = read_file(png), record_bytes = "{\"index\":0}";
+    std::filesystem::create_directories(out / job.folder);
+    test::write_text(out / job.file(), png_bytes);
+    test::write_text(out / job.file(".json"), record_bytes);
+    TarWriter tar(out / job.tar);
+    png_offset = tar.add(job.file_stem + ".png", png_bytes);
+    json_offset = tar.add(job.file_stem + ".json", record_bytes);
+    tar.commit();
+    tar_stat = *stat_regular_file(out / job.tar);
+    staged = Line(base)
+                 .set("file", nlohmann::json(job.file()).dump())
+                 .set("file_stat", stat_json(*stat_regular_file(out / job.file()), std::to_string(png_bytes.size())))
+                 .set("images_per_tar", std::to_string(kDefaultImagesPerTar))
+                 .set("json_file", nlohmann::json(job.file(".json")).dump())
+                 .set("json_sha256", "\"" + sha256_hex(record_bytes) + "\"")
+                 .set("json_file_stat", stat_json(*stat_regular_file(out / job.file(".json")),
+                                                  std::to_string(record_bytes.size())));
+    packed = Line(staged)
+                 .set("file", "\"" + job.tar + "\"")
+                 .set("file_stat", stat_json(tar_stat, std::to_string(tar_stat.size)))
+                 .set("member", "\"" + job.file_stem + ".png\"")
+                 .set("member_offset", std::to_string(png_offset))
+                 .set("member_size", std::to_string(png_bytes.size()))
+                 .set("json_member", "\"" + job.file_stem + ".json\"")
+                 .set("json_member_offset", std::to_string(json_offset))
+                 .set("json_member_size", std::to_string(record_bytes.size()));
+  }
+  // As scan(), with a packed image's state (Packed) compared too.
+  PreviousImages::State scan_tar(const std::string& text) {
+    test::write_text(out / "manifest.jsonl", text);
+    const PreviousImages previous = scan_previous_images(out.path(), jobs, key);
+    const bool reference = image_is_complete(out.path(), jobs[0], key, read_manifest(out.path()));
+    const auto state = static_cast<PreviousImages::State>(previous.state[0]);
+    EXPECT_EQ(state == PreviousImages::Complete || state == PreviousImages::Packed, reference) << text;
+    return state;
+  }
+
+  int64_t png_offset = 0, json_offset = 0;
+  FileStat tar_stat;
+  Line staged, packed;
+};
+
+TEST_F(WebDatasetLinesTest, APackedImageIsWholeByItsTarsStatAndReadWhereTheStatDiffers) {
+  EXPECT_EQ(scan_tar(packed.text() + "\n"), PreviousImages::Packed);
+  EXPECT_EQ(scan_tar(Line(packed).set("sha256", "\"00\"").text() + "\n"), PreviousImages::Packed);  // not read
+  // The tar's stat listed otherwise: its members are read where the line places them.
+  const std::string other_stat = stat_json(tar_stat, std::to_string(tar_stat.size + 512));
+  EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).text() + "\n"), PreviousImages::Packed);
+  EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).set("sha256", "\"00\"").text() + "\n"),
+            PreviousImages::Incomplete);
+  EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).set("member_offset", std::to_string(json_offset)).text() +
+                     "\n"),
+            PreviousImages::Incomplete);
+  // A member the line cannot place, or of another name, is not whole however the stat reads.
+  for (const auto& [field, raw] : std::vector<std::pair<std::string, std::string>>{
+           {"member_offset", "-1"}, {"member_offset", "\"512\""}, {"member_size", "1.5"}, {"json_member", "3"},
+           {"json_member", "\"../x.json\""}, {"json_member_size", "null"}, {"file", "\"00000.tgz\""},
+           {"file", "\"../00000.tar\""}, {"member", "\"x.png\""}, {"member", "\"\""}}) {
+    const PreviousImages::State state = scan_tar(Line(packed).set(field, raw).text() + "\n");
+    EXPECT_TRUE(state != PreviousImages::Packed && state != PreviousImages::Complete) << field << " " << raw;
+  }
+  // A member that is not a string: the line lists a staged file, the tar itself, not this image's.
+  EXPECT_EQ(scan_tar(Line(packed).set("member", "7").text() + "\n"), PreviousImages::OtherSettings);
+  // Another tar size is another set of images: refused, named.
+  EXPECT_EQ(scan_tar(Line(packed).set("images_per_tar", "3").text() + "\n"), PreviousImages::OtherSettings);
+  EXPECT_EQ(scan_tar(Line(packed).drop("images_per_tar").text() + "\n"), PreviousImages::OtherSettings);
+  EXPECT_NE(refusal(Line(packed).set("images_per_tar", "3").text() + "\n").find("images_per_tar 3, now 1000"),
+            std::string::npos);
+  // The tar changed (a byte of its padding): its stat differs, so its members are read, and are whole.
+  {
+    const int fd = ::open((out / jobs[0].tar).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "\0", 1, tar_stat.size - 1), 1);
+    ::close(fd);
+  }
+  EXPECT_EQ(scan_tar(packed.text() + "\n"), PreviousImages::Packed);
+  EXPECT_EQ(scan_tar(Line(packed).set("sha256", "\"00\"").text() + "\n"), PreviousImages::Incomplete);
+}
+
+TEST_F(WebDatasetLinesTest, AStagedImageIsItsPngAndItsRecord) {
+  EXPECT_EQ(scan_tar(staged.text() + "\n"), PreviousImages::Complete);
+  EXPECT_EQ(scan_tar(Line(staged).set("json_sha256", "\"00\"").text() + "\n"), PreviousImages::Complete);
+  // The record's stat not listed: hashed; listed nowhere, or outside the folder: not whole.
+  EXPECT_EQ(scan_tar(Line(staged).drop("json_file_stat").text() + "\n"), PreviousImages::Complete);
+  EXPECT_EQ(scan_tar(Line(staged).drop("json_file_stat").set("json_sha256", "\"00\"").text() + "\n"),
+            PreviousImages::Incomplete);
+  EXPECT_EQ(scan_tar(Line(staged).drop("json_file").text() + "\n"), PreviousImages::Incomplete);
+  EXPECT_EQ(scan_tar(Line(staged).set("json_file", "\"../x.json\"").text() + "\n"), PreviousImages::Incomplete);
+  std::filesystem::remove(out / jobs[0].file(".json"));
+  EXPECT_EQ(scan_tar(staged.text() + "\n"), PreviousImages::Incomplete);
 }
 
 TEST(ManifestFieldParser, ReadsTheFieldsAndSaysWhenItCannot) {
@@ -276,6 +387,17 @@ TEST(ManifestFieldParser, ReadsTheFieldsAndSaysWhenItCannot) {
   EXPECT_EQ(f.file_stat, (FileStat{1, 2, 3, 4}));
   EXPECT_FALSE(f.height.has_value());
   EXPECT_EQ(f.scheduler, std::nullopt);
+  ASSERT_EQ(parser.parse("{\"index\":0,\"member\":\"a.png\",\"member_offset\":512,\"member_size\":\"9\","
+                         "\"json_member\":null,\"images_per_tar\":1000}",
+                         f),
+            ManifestFieldParser::Fields);
+  EXPECT_EQ(f.member, "a.png");
+  EXPECT_EQ(f.member_offset, 512);
+  EXPECT_EQ(f.member_size, -1);
+  EXPECT_EQ(f.json_member, std::nullopt);
+  EXPECT_EQ(f.json_member_offset, -1);
+  EXPECT_EQ(f.images_per_tar, 1000);
+  EXPECT_EQ(parser.parse("{\"index\":1,\"member\":\"a\",\"member\":\"b\"}", f), ManifestFieldParser::Unsure);
   EXPECT_EQ(parser.parse("{\"index\":1,\"index\":2}", f), ManifestFieldParser::Unsure);
   EXPECT_EQ(parser.parse("{\"index\":1,\"scheduler\":5}", f), ManifestFieldParser::Unsure);
   EXPECT_EQ(parser.parse("{\"index\":1", f), ManifestFieldParser::Unsure);
