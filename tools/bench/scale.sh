@@ -7,6 +7,7 @@
 # killed runs, which it merges into manifest.jsonl (and so writes the report again), beside
 # (r) `ditbatch report` of the folder alone: the merge is (c) less (r). The finished outputs are made
 # without the model (tools/bench/scale_outputs.py: real PNGs, real manifest lines). One thread.
+# IMAGES_PER_TAR=1000: the same for --output-format webdataset (tars of that many samples).
 # A benchmark, not a test.  usage: tools/bench/scale.sh N [N...]   (BUILD_DIR=build, WORK=/tmp)
 set -euo pipefail
 build=${BUILD_DIR:-build}
@@ -18,12 +19,19 @@ trap 'rm -rf "$work"' EXIT
 [ -n "${KEEP:-}" ] && trap 'echo "kept $work"' EXIT
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 common=(--weights "$work/tiny.h5" --width 16 --height 16 --steps 2 --threads 1)  # 16x16 PNGs: a million take 4 GB
+per_tar=${IMAGES_PER_TAR:-0}
+[ "$per_tar" = 0 ] || common+=(--output-format webdataset --images-per-tar "$per_tar")
 "$exe" make-tiny --out "$work/tiny.h5" > /dev/null
 # One real image: its PNG and its manifest line are the template of every finished output.
 echo "a photo of item 0 on a wooden table, soft morning light, 35mm film, shallow depth of field" > "$work/one.txt"
 "$exe" generate "${common[@]}" --prompts "$work/one.txt" --out "$work/one" > "$work/one.log" 2>&1
-head -1 "$work/one/manifest.jsonl" > "$work/template.json"
-png=$(ls "$work"/one/*.png)
+tail -1 "$work/one/manifest.jsonl" > "$work/template.json"  # (a WebDataset image's packed line)
+if [ "$per_tar" = 0 ]; then
+  png=$(ls "$work"/one/*.png)
+else
+  png=$work/one.png
+  tar -xOf "$work/one/00000.tar" 000000000.png > "$png"
+fi
 
 seconds() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$1" "$2"; }
 peak_mb() { awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$1"; }
@@ -39,7 +47,7 @@ for i in range(int(sys.argv[1])):
 " "$n" > "$work/prompts.txt"
   # (outputs s: how long making the N finished outputs took, for the record)
   t0=$(date +%s.%N)
-  python3 "$here/scale_outputs.py" "$work/out" "$n" "$work/prompts.txt" "$work/template.json" "$png"
+  python3 "$here/scale_outputs.py" "$work/out" "$n" "$work/prompts.txt" "$work/template.json" "$png" 0 "$per_tar"
   t1=$(date +%s.%N)
   made=$(seconds "$t0" "$t1")
 
