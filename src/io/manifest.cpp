@@ -174,7 +174,68 @@ struct LineSpot {
   uint32_t length, file;
 };
 
+// The last line of each index in `files` (a later file's is a later run's), by index.
+std::vector<LineSpot> last_line_spots(const std::vector<fs::path>& files) {
+  std::vector<LineSpot> spots;
+  const std::set<std::string> index_only = {"index"};
+  ManifestFieldParser fast;
+  ManifestFields fields;
+  for (uint32_t f = 0; f < files.size(); ++f)
+    for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset) {
+      const auto verdict = fast.parse(text, fields);
+      if (verdict == ManifestFieldParser::Fields)
+        spots.push_back({fields.index, offset, static_cast<uint32_t>(text.size()), f});
+      else if (verdict == ManifestFieldParser::Unsure)
+        if (const auto j = parse_manifest_line(text, index_only))
+          spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
+    });
+  // By index, the last line read winning.
+  std::stable_sort(spots.begin(), spots.end(), [](const LineSpot& a, const LineSpot& b) { return a.index < b.index; });
+  size_t kept = 0;
+  for (size_t i = 0; i < spots.size(); ++i)
+    if (i + 1 == spots.size() || spots[i + 1].index != spots[i].index) spots[kept++] = spots[i];
+  spots.resize(kept);
+  return spots;
+}
+
+// Calls `visit` with the text of each spot's line, read back from its file in the order given.
+void read_back_spots(const std::vector<fs::path>& files, const std::vector<LineSpot>& spots,
+                     const std::function<void(std::string_view)>& visit) {
+  std::vector<int> fds;
+  for (const auto& file : files) fds.push_back(open_regular_file(file.string(), false, nullptr));
+  std::string line;
+  try {
+    for (const LineSpot& s : spots) {
+      line.resize(s.length);
+      if (::pread(fds[s.file], line.data(), s.length, static_cast<off_t>(s.offset)) != static_cast<ssize_t>(s.length))
+        fail("{}: cannot read it back: {}", files[s.file].string(), std::strerror(errno));
+      visit(line);
+    }
+  } catch (...) {
+    for (const int fd : fds)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  for (const int fd : fds)
+    if (fd >= 0) ::close(fd);
+}
+
+std::vector<fs::path> manifest_files(const std::string& out_dir) {
+  std::vector<fs::path> files = {fs::path(out_dir) / "manifest.jsonl"};
+  for (auto& part : part_files(out_dir)) files.push_back(std::move(part));
+  return files;
+}
+
 }  // namespace
+
+void for_each_last_manifest_line(const std::string& out_dir,
+                                 const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
+                                 const std::set<std::string>& fields) {
+  const std::vector<fs::path> files = manifest_files(out_dir);
+  read_back_spots(files, last_line_spots(files), [&](std::string_view text) {
+    if (const auto j = parse_manifest_line(text, fields)) visit((*j)["index"].get<int64_t>(), *j);
+  });
+}
 
 size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   const std::string lock_path = (fs::path(out_dir) / ".manifest.lock").string();
@@ -205,41 +266,16 @@ size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   }
   std::vector<fs::path> files = {fs::path(out_dir) / "manifest.jsonl"};
   files.insert(files.end(), parts.begin(), parts.end());
-  std::vector<LineSpot> spots;
-  const std::set<std::string> index_only = {"index"};
-  ManifestFieldParser fast;
-  ManifestFields fields;
-  for (uint32_t f = 0; f < files.size(); ++f)
-    for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset) {
-      const auto verdict = fast.parse(text, fields);
-      if (verdict == ManifestFieldParser::Fields)
-        spots.push_back({fields.index, offset, static_cast<uint32_t>(text.size()), f});
-      else if (verdict == ManifestFieldParser::Unsure)
-        if (const auto j = parse_manifest_line(text, index_only))
-          spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
-    });
-  // By index, the last line read winning (a later part is a later run's).
-  std::stable_sort(spots.begin(), spots.end(), [](const LineSpot& a, const LineSpot& b) { return a.index < b.index; });
-  size_t lines = 0;
+  const std::vector<LineSpot> spots = last_line_spots(files);
   {
-    std::vector<int> fds;
-    for (const auto& file : files) fds.push_back(open_regular_file(file.string(), false, nullptr));
     TempFile out((fs::path(out_dir) / "manifest.jsonl").string());
-    std::string text, line;
-    for (size_t i = 0; i < spots.size(); ++i) {
-      if (i + 1 < spots.size() && spots[i + 1].index == spots[i].index) continue;
-      const LineSpot& s = spots[i];
-      line.resize(s.length);
-      if (::pread(fds[s.file], line.data(), s.length, static_cast<off_t>(s.offset)) != static_cast<ssize_t>(s.length))
-        fail("{}: cannot read it back while merging the manifest: {}", files[s.file].string(), std::strerror(errno));
+    std::string text;
+    read_back_spots(files, spots, [&](std::string_view line) {
       text += line;
       text += '\n';
-      ++lines;
       if (text.size() >= (size_t{1} << 22)) out.write(text.data(), text.size()), text.clear();
-    }
+    });
     out.write(text.data(), text.size());
-    for (const int fd : fds)
-      if (fd >= 0) ::close(fd);
     out.commit();
   }
   if (folded_any) *folded_any = true;
@@ -251,7 +287,7 @@ size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   fs::remove(fs::path(out_dir) / kPartsDir, ec);  // only if empty
   ::flock(lock, LOCK_UN);
   ::close(lock);
-  return lines;
+  return spots.size();
 }
 
 }  // namespace ditbatch

@@ -50,6 +50,13 @@ void for_each_manifest_text(const std::string& out_dir, const std::function<void
 std::optional<nlohmann::json> parse_manifest_line(std::string_view line, const std::set<std::string>& fields = {});
 // All of them, the last one per index (for a folder of a size that fits in memory as JSON).
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
+// The last line of each index as merge_manifest keeps it, in index order, each parsed only when
+// visited (with `fields`, holding only those): a million-line folder is read through without its
+// lines held (24 bytes an image), where read_manifest holds every line as JSON. A kept line that
+// the full parser skips leaves its index out (as a reader of the merged manifest would).
+void for_each_last_manifest_line(const std::string& out_dir,
+                                 const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
+                                 const std::set<std::string>& fields = {});
 // Rewrites DIR/manifest.jsonl atomically, the last line per index, sorted by index, and removes
 // the parts it folded in whose writer is gone (a live writer holds a lock on its part: another
 // array task may still be appending). With no part there, manifest.jsonl is left as it is.

@@ -19,12 +19,13 @@ std::string json_for_html_script(const nlohmann::json& value) {
   out.reserve(text.size() + text.size() / 16);
   // These bytes occur only inside JSON strings, where the \u escape means the same character;
   // the HTML parser then sees no "</script", "<!--" or character reference in the block.
-  for (const char c : text) {
-    if (c == '<') out += "\\u003c";
-    else if (c == '>') out += "\\u003e";
-    else if (c == '&') out += "\\u0026";
-    else out += c;
+  // (The bytes between them copied a run at a time: a million-image report is ~300 MB.)
+  size_t from = 0;
+  for (size_t at; (at = text.find_first_of("<>&", from)) != std::string::npos; from = at + 1) {
+    out.append(text, from, at - from);
+    out += text[at] == '<' ? "\\u003c" : text[at] == '>' ? "\\u003e" : "\\u0026";
   }
+  out.append(text, from, std::string::npos);
   return out;
 }
 

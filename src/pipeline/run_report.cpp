@@ -1,6 +1,7 @@
 #include "pipeline/run_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -103,26 +104,47 @@ json stage_stats(std::vector<double> v) {
 }
 
 // Settings every image shares go in the header; those that differ are shown per image.
-json shared_settings(const std::map<int64_t, json>& manifest) {
-  json shared = json::object();
-  // "loras" and "scheduler": absent from lines written before LoRAs existed.
-  for (const char* key : {"width", "height", "steps", "cfg", "negative_prompt", "max_sequence_length", "model", "loras",
-                          "scheduler"}) {
-    std::set<std::string> values;
-    json first;
-    for (const auto& [index, line] : manifest) {
-      const json v = line.contains(key) ? line[key] : json(nullptr);
-      if (values.insert(v.dump()).second && values.size() == 1) first = v;
+// "loras" and "scheduler": absent from lines written before LoRAs existed.
+class SharedSettings {
+ public:
+  void add(const json& line) {
+    for (size_t k = 0; k < kKeys.size(); ++k) {
+      if (!shared_[k]) continue;
+      const auto it = line.find(kKeys[k]);
+      const json& v = it == line.end() ? null_ : *it;
+      // As written (4 and 4.0 are two settings to a reader of the lines)
+      std::string text = v.dump();
+      if (!seen_) first_[k] = v, first_text_[k] = std::move(text);
+      else if (text != first_text_[k]) shared_[k] = false;
     }
-    if (values.size() == 1 && !first.is_null()) shared[key] = first;
+    seen_ = true;
   }
-  return shared;
-}
+  json get() const {
+    json shared = json::object();
+    for (size_t k = 0; k < kKeys.size(); ++k)
+      if (seen_ && shared_[k] && !first_[k].is_null()) shared[kKeys[k]] = first_[k];
+    return shared;
+  }
+
+ private:
+  static constexpr std::array<const char*, 9> kKeys = {"width", "height", "steps", "cfg", "negative_prompt",
+                                                       "max_sequence_length", "model", "loras", "scheduler"};
+  std::array<json, kKeys.size()> first_;
+  std::array<std::string, kKeys.size()> first_text_;
+  std::array<bool, kKeys.size()> shared_ = {true, true, true, true, true, true, true, true, true};
+  bool seen_ = false;
+  const json null_ = nullptr;
+};
+
+// The fields of a manifest line the report reads (the others are dropped as each line is parsed).
+const std::set<std::string> kReportFields = {
+    "run_id", "rank",   "status", "timings", "started",  "finished",       "seed",  "width",
+    "height", "steps",  "cfg",    "file",    "member",   "error",          "prompt", "negative_prompt",
+    "host",   "model",  "model_checksum", "max_sequence_length", "loras", "scheduler"};
 
 }  // namespace
 
 json collect_run_report(const std::string& out_dir) {
-  const auto manifest = read_manifest(out_dir);
   const auto records = read_run_records(out_dir);
   const double now = unix_now();
 
@@ -148,9 +170,13 @@ json collect_run_report(const std::string& out_dir) {
     if (!run.start || *t < *run.start) run.start = t;
     if (!run.end || *t > *run.end) run.end = t;
   };
-  int64_t ok = 0, failed = 0;
+  int64_t ok = 0, failed = 0, images = 0;
+  SharedSettings shared;
 
-  for (const auto& [index, line] : manifest) {
+  // One line at a time: a million-image folder's lines are never all held.
+  for_each_last_manifest_line(out_dir, [&](int64_t index, const json& line) {
+    ++images;
+    shared.add(line);
     Image im = image_of(index, line);
     rows.push_back(std::move(im.row));
     im.ok ? ++ok : ++failed;
@@ -171,7 +197,7 @@ json collect_run_report(const std::string& out_dir) {
     im.ok ? ++run.ok : ++run.failed;
     widen(run, im.start);
     widen(run, im.end);
-  }
+  }, kReportFields);
   for (const json& r : records) {
     Run& run = runs[r["run_id"].get<std::string>()];
     Lane& lane = run.lanes[r["rank"].get<int64_t>()];
@@ -244,10 +270,10 @@ json collect_run_report(const std::string& out_dir) {
           {"generated", now},
           {"generated_by", fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit())},
           {"models", models_json},
-          {"shared", shared_settings(manifest)},
+          {"shared", shared.get()},
           {"hosts", json(hosts)},
           {"totals",
-           {{"images", manifest.size()},
+           {{"images", images},
             {"ok", ok},
             {"failed", failed},
             {"wall_s", wall_total},

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "io/manifest.h"
@@ -71,6 +72,22 @@ TEST(Manifest, TheLastLinePerIndexWinsAndTheMergeCopiesItAsWritten) {
         }
       },
       {"file"});
+  // The last line of each index, in index order, as the merge below keeps it and as
+  // read_manifest holds it; with `fields`, only those.
+  using Lines = std::vector<std::pair<int64_t, nlohmann::json>>;
+  Lines last;
+  for_each_last_manifest_line(out, [&](int64_t index, const nlohmann::json& line) { last.emplace_back(index, line); });
+  const std::map<int64_t, nlohmann::json> held = read_manifest(out);
+  EXPECT_EQ(last, Lines(held.begin(), held.end()));
+  const std::vector<int64_t> indices = {0, 1, 2, 7};
+  ASSERT_EQ(last.size(), indices.size());
+  for (size_t i = 0; i < last.size(); ++i) EXPECT_EQ(last[i].first, indices[i]);
+  EXPECT_EQ(last[0].second.value("file", ""), "a.png");
+  last.clear();
+  for_each_last_manifest_line(
+      out, [&](int64_t index, const nlohmann::json& line) { last.emplace_back(index, line); }, {"status"});
+  ASSERT_EQ(last.size(), 4u);
+  EXPECT_EQ(last[1].second, nlohmann::json::parse("{\"index\":1,\"status\":\"ok\"}"));
 
   bool folded = false;
   EXPECT_EQ(merge_manifest(out, &folded), 4u);
