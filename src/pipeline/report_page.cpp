@@ -1,5 +1,7 @@
 #include "pipeline/report_page.h"
 
+#include <string_view>
+
 #include "core/error.h"
 
 // report_page.html, embedded by tools/cmake/embed_file.cmake.
@@ -14,7 +16,8 @@ const std::string kDataMarker = "/*DITBATCH_REPORT_DATA*/";
 }  // namespace
 
 std::string json_for_html_script(const nlohmann::json& value) {
-  const std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.find_first_of("<>&") == std::string::npos) return text;  // (no second copy)
   std::string out;
   out.reserve(text.size() + text.size() / 16);
   // These bytes occur only inside JSON strings, where the \u escape means the same character;
@@ -29,12 +32,17 @@ std::string json_for_html_script(const nlohmann::json& value) {
   return out;
 }
 
-std::string render_report_page(const nlohmann::json& report) {
-  const std::string page(reinterpret_cast<const char*>(kReportPageHtml), kReportPageHtml_size);
+std::string render_report_page(nlohmann::json report) {
+  const std::string_view page(reinterpret_cast<const char*>(kReportPageHtml), kReportPageHtml_size);
   const size_t at = page.find(kDataMarker);
   DITBATCH_CHECK(at != std::string::npos && page.find(kDataMarker, at + 1) == std::string::npos,
                  "report_page.html must hold the data marker exactly once");
-  return page.substr(0, at) + json_for_html_script(report) + page.substr(at + kDataMarker.size());
+  const std::string data = json_for_html_script(report);
+  report = nullptr;
+  std::string html;
+  html.reserve(page.size() + data.size());
+  html.append(page.substr(0, at)).append(data).append(page.substr(at + kDataMarker.size()));
+  return html;
 }
 
 }  // namespace ditbatch

@@ -9,7 +9,9 @@
 
 namespace ditbatch {
 
-std::string render_report_page(const nlohmann::json& report);
+// Takes the data by value and frees it once written out as text: a million images' rows are
+// ~1 GB as JSON, and the page then holds them a second time.
+std::string render_report_page(nlohmann::json report);
 // The data as it stands in the page: JSON with '<', '>' and '&' written as \u escapes, any
 // invalid UTF-8 replaced by U+FFFD.
 std::string json_for_html_script(const nlohmann::json& value);
