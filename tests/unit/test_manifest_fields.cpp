@@ -327,8 +327,8 @@ TEST_F(WebDatasetLinesTest, APackedImageIsWholeByItsTarsStatAndReadWhereTheStatD
   EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).text() + "\n"), PreviousImages::Packed);
   EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).set("sha256", "\"00\"").text() + "\n"),
             PreviousImages::Incomplete);
-  EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).set("member_offset", std::to_string(json_offset)).text() +
-                     "\n"),
+  const std::string at_the_record = std::to_string(json_offset);
+  EXPECT_EQ(scan_tar(Line(packed).set("file_stat", other_stat).set("member_offset", at_the_record).text() + "\n"),
             PreviousImages::Incomplete);
   // A member the line cannot place, or of another name, is not whole however the stat reads.
   for (const auto& [field, raw] : std::vector<std::pair<std::string, std::string>>{
