@@ -89,19 +89,28 @@ struct Listed {
   const char* sha256_key = nullptr;
 };
 
+// The tar a line names, as a path in the folder, when it is a ".tar" there and each member has a
+// plain name and a place in it; else nullopt (the line cannot place its members).
+std::optional<std::string> tar_of_members(const std::string& out_dir, const std::string& tar,
+                                          std::initializer_list<MemberListing> members) {
+  if (!tar.ends_with(".tar")) return std::nullopt;
+  for (const MemberListing& m : members)
+    if (!is_plain_file_name(std::string(m.name)) || m.offset < 0 || m.size < 0) return std::nullopt;
+  return output_path(out_dir, tar);
+}
+
 // nullopt when the line names no file inside the folder (or a tar member the line cannot place).
 std::optional<Listed> listed(const std::string& out_dir, const nlohmann::json& record, ListedFile which) {
   const ListedKeys keys = keys_of(which);
   Listed l;
   l.sha256_key = keys.sha256;
   if (keys.member && is_tar_member(record)) {
-    const std::string tar = string_field(record, "file");
-    if (!tar.ends_with(".tar")) return std::nullopt;
-    const std::optional<std::string> path = output_path(out_dir, tar);
     l.member = string_field(record, keys.member);
     l.offset = int_field(record, keys.offset);
     l.size = int_field(record, keys.size);
-    if (!path || !is_plain_file_name(l.member) || l.offset < 0 || l.size < 0) return std::nullopt;
+    const std::optional<std::string> path =
+        tar_of_members(out_dir, string_field(record, "file"), {{l.member, l.offset, l.size}});
+    if (!path) return std::nullopt;
     l.path = *path;
     l.stat_key = "file_stat";
     return l;
@@ -135,12 +144,8 @@ bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed,
 bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_view tar,
                                       const std::optional<FileStat>& tar_stat,
                                       std::initializer_list<MemberListing> members) {
-  // (each as listed() places a member)
-  if (!tar.ends_with(".tar") || !tar_stat) return false;
-  for (const MemberListing& m : members)
-    if (!is_plain_file_name(std::string(m.name)) || m.offset < 0 || m.size < 0) return false;
-  const std::optional<std::string> path = output_path(out_dir, std::string(tar));
-  return path && stat_regular_file(*path) == tar_stat;
+  const std::optional<std::string> path = tar_of_members(out_dir, std::string(tar), members);
+  return tar_stat && path && stat_regular_file(*path) == tar_stat;
 }
 
 bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust) {
