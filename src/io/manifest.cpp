@@ -201,23 +201,25 @@ std::vector<LineSpot> last_line_spots(const std::vector<fs::path>& files) {
 // Calls `visit` with the text of each spot's line, read back from its file in the order given.
 void read_back_spots(const std::vector<fs::path>& files, const std::vector<LineSpot>& spots,
                      const std::function<void(std::string_view)>& visit) {
-  std::vector<int> fds;
-  for (const auto& file : files) fds.push_back(open_regular_file(file.string(), false, nullptr));
-  std::string line;
-  try {
-    for (const LineSpot& s : spots) {
-      line.resize(s.length);
-      if (::pread(fds[s.file], line.data(), s.length, static_cast<off_t>(s.offset)) != static_cast<ssize_t>(s.length))
-        fail("{}: cannot read it back: {}", files[s.file].string(), std::strerror(errno));
-      visit(line);
+  struct Descriptors {
+    std::vector<int> fds;
+    ~Descriptors() {
+      for (const int fd : fds)
+        if (fd >= 0) ::close(fd);
     }
-  } catch (...) {
-    for (const int fd : fds)
-      if (fd >= 0) ::close(fd);
-    throw;
+  } open;
+  for (const auto& file : files) open.fds.push_back(open_regular_file(file.string(), false, nullptr));
+  std::string line;
+  for (const LineSpot& s : spots) {
+    line.resize(s.length);
+    const ssize_t n = ::pread(open.fds[s.file], line.data(), s.length, static_cast<off_t>(s.offset));
+    if (n != static_cast<ssize_t>(s.length))
+      fail("{}: cannot read back the manifest line at byte {} that was read a moment ago ({}): was the file "
+           "replaced or cut while ditbatch read it? Run again: nothing was changed",
+           files[s.file].string(), s.offset,
+           n < 0 ? std::strerror(errno) : fmt::format("{} of its {} bytes are there", n, s.length));
+    visit(line);
   }
-  for (const int fd : fds)
-    if (fd >= 0) ::close(fd);
 }
 
 std::vector<fs::path> manifest_files(const std::string& out_dir) {
