@@ -55,7 +55,7 @@ std::string parse_prompt_line(const std::string& line, int64_t line_number) {
   nlohmann::json value;
   try {
     value = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double (1e708)
     fail_input("stdin line {}: not a JSON string (write each prompt as \"...\" on its own line): {}", line_number,
                e.what());
   }

@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "app/commands.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "io/config.h"
@@ -201,6 +202,21 @@ TEST(FuzzFindings, ATokenIdPastTheBoundIsRefusedNotAllocated) {
   EXPECT_EQ(with_gap.vocab_size(), 300001);
   EXPECT_EQ(with_gap.token_id("zzzz"), 300000);
   EXPECT_EQ(with_gap.encode("A red fox jumps."), tiny.encode("A red fox jumps."));
+}
+
+// fuzz_tokenize: a stdin line 1e708 (a JSON number past a double) raised nlohmann's
+// out_of_range, not its parse_error, and escaped `ditbatch tokenize` as a run-time failure. It
+// is refused as any other line that is not a prompt, with its line number.
+TEST(FuzzFindings, ANumberPastADoubleOnTokenizeStdinIsRefusedWithItsLine) {
+  Tokenizer tokenizer = Tokenizer::from_folder(kTiny + "/tokenizer");
+  for (const std::string line : {"1e708\n", "{\"prompt\": \"a fox\", \"seed\": -1e400}\n"}) {
+    const std::string message = refusal([&] { tokenize_stdin_line(tokenizer, nullptr, false, line, 7); });
+    EXPECT_NE(message.find("stdin line 7: not a JSON string"), std::string::npos) << message;
+    EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+  }
+  // The same line with a number a double holds is read as before: the prompt's ids.
+  EXPECT_EQ(tokenize_stdin_line(tokenizer, nullptr, false, "{\"prompt\": \"a fox\", \"seed\": 1e300}\n", 8),
+            tokenize_stdin_line(tokenizer, nullptr, false, "\"a fox\"\n", 9));
 }
 
 // fuzz_scheduler_config: base_image_seq_len -2^63 made calculate_shift's int64 difference
