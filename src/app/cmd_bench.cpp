@@ -421,6 +421,7 @@ struct LoadOptions {
   std::string dtype = "bf16";
   int64_t format_version = kWeightFormatVersion;
   std::string cache = "both";  // warm | cold | both
+  std::string access = "both";  // mapped | read | both (WeightAccess)
 };
 
 // The page cache of a file dropped (its pages are clean: the writer synced them): the next read
@@ -469,26 +470,31 @@ double status_mib(const std::string& field) {
 }
 
 // One load as generate runs it: open and check the file, the tokenizer, the text encoder, one
-// prompt encoded, transformer + VAE, and the first denoising step of a 256x256 image.
+// prompt encoded (timed apart: compute, not load), transformer + VAE, and the first denoising
+// step of a 256x256 image.
 struct LoadRound {
-  double open_s = 0, text_encoder_s = 0, denoiser_s = 0, first_step_s = 0, total_s = 0;
+  double open_s = 0, text_encoder_s = 0, prompt_s = 0, denoiser_s = 0, first_step_s = 0, total_s = 0;
   double peak_mib = 0, rss_before_mib = 0;
 };
 
-LoadRound load_round(const std::string& path, Backend& be, const Log& log) {
+LoadRound load_round(const std::string& path, WeightAccess access, Backend& be, const Log& log) {
   LoadRound r;
   r.rss_before_mib = status_mib("VmRSS:");
   reset_peak_rss();
   Stopwatch total;
   {
     Stopwatch phase;
-    const WeightStore store = WeightStore::open(path);
+    const WeightStore store = WeightStore::open(path, access);
     QwenImagePipeline pipeline(be, store, log);
     r.open_s = phase.seconds();
     phase = Stopwatch();
     pipeline.load_text_encoder();
-    const PromptEmbedding prompt = pipeline.encode_prompt("a red fox in the snow");
+    be.synchronize();
     r.text_encoder_s = phase.seconds();
+    phase = Stopwatch();
+    const PromptEmbedding prompt = pipeline.encode_prompt("a red fox in the snow");
+    be.synchronize();
+    r.prompt_s = phase.seconds();  // compute, not load: outside the load's sum
     ImageJob job;
     job.prompt = "a red fox in the snow";
     job.width = job.height = 256;
@@ -515,6 +521,8 @@ LoadRound load_round(const std::string& path, Backend& be, const Log& log) {
 int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const Log& log) {
   if (lo.cache != "warm" && lo.cache != "cold" && lo.cache != "both")
     fail_input("--cache {}: expected warm, cold or both", lo.cache);
+  if (lo.access != "mapped" && lo.access != "read" && lo.access != "both")
+    fail_input("--access {}: expected mapped, read or both", lo.access);
   std::string path = o.weights;
   double write_s = 0;
   if (path.empty()) {
@@ -552,29 +560,32 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
   nlohmann::ordered_json json = {{"bench", "load"}, {"engine", "ditbatch"}, {"file", path},
                                  {"file_bytes", fs::file_size(path)}, {"backend", be.name()},
                                  {"threads", omp_get_max_threads()}};
+  std::vector<std::pair<std::string, WeightAccess>> accesses;
+  if (lo.access != "read") accesses.emplace_back("mapped", WeightAccess::Mapped);
+  if (lo.access != "mapped") accesses.emplace_back("read", WeightAccess::Read);
   bool dropped_all = true;
   for (const std::string& cache : caches) {
     std::vector<double> read_s;
-    std::vector<LoadRound> rounds;
-    // Alternating which goes first, so that neither always meets the other's cache.
+    std::vector<std::vector<LoadRound>> rounds(accesses.size());
+    // The file's read and each way of loading it, in an order that turns each round, so that
+    // none always meets the page cache another left.
     for (int round = 0; round < o.warmup + o.steps; ++round) {
-      auto read = [&] {
+      auto before = [&] {
         if (cache == "cold") dropped_all &= drop_cached_pages(path);
         else (void)sequential_read_seconds(path);  // the file in the page cache before a warm figure
-        return sequential_read_seconds(path);
       };
-      auto load = [&] {
-        if (cache == "cold") dropped_all &= drop_cached_pages(path);
-        else (void)sequential_read_seconds(path);
-        return load_round(path, be, log);
-      };
-      double r = 0;
-      LoadRound l;
-      if (round % 2) r = read(), l = load();
-      else l = load(), r = read();
-      if (round < o.warmup) continue;
-      read_s.push_back(r);
-      rounds.push_back(l);
+      const size_t measures = accesses.size() + 1;
+      for (size_t k = 0; k < measures; ++k) {
+        const size_t which = (k + static_cast<size_t>(round)) % measures;  // 0: the read
+        before();
+        if (which == 0) {
+          const double r = sequential_read_seconds(path);
+          if (round >= o.warmup) read_s.push_back(r);
+        } else {
+          LoadRound l = load_round(path, accesses[which - 1].second, be, log);
+          if (round >= o.warmup) rounds[which - 1].push_back(l);
+        }
+      }
     }
     auto mean = [](const auto& values, auto field) {
       double sum = 0;
@@ -582,28 +593,44 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
       return sum / static_cast<double>(values.size());
     };
     const double read = mean(read_s, [](double v) { return v; });
-    const double open = mean(rounds, [](const LoadRound& r) { return r.open_s; });
-    const double text = mean(rounds, [](const LoadRound& r) { return r.text_encoder_s; });
-    const double denoiser = mean(rounds, [](const LoadRound& r) { return r.denoiser_s; });
-    const double step = mean(rounds, [](const LoadRound& r) { return r.first_step_s; });
-    const double total = mean(rounds, [](const LoadRound& r) { return r.total_s; });
-    const double loading = open + text + denoiser;
-    double peak_extra = 0;
-    for (const LoadRound& r : rounds) peak_extra = std::max(peak_extra, r.peak_mib - r.rss_before_mib);
     std::cout << fmt::format("  {} cache ({} round(s) after {} warm-up)\n", cache, o.steps, o.warmup)
-              << fmt::format("    sequential read       {:7.3f} s  {:6.2f} GB/s\n", read, file_gb / read)
-              << fmt::format("    open + tokenizer      {:7.3f} s\n", open)
-              << fmt::format("    text encoder + 1 prompt {:5.3f} s\n", text)
-              << fmt::format("    transformer + VAE     {:7.3f} s\n", denoiser)
-              << fmt::format("    load in all           {:7.3f} s  {:6.2f} GB/s\n", loading, file_gb / loading)
-              << fmt::format("    first step (256x256)  {:7.3f} s after the load; {:.3f} s from the start\n", step, total)
-              << fmt::format("    peak host memory      {:7.0f} MiB above the RSS before the load\n", peak_extra)
-              << fmt::format("    ratio                 {:7.3f} (load rate / read rate)\n", read / loading);
-    json[cache] = {{"read_s", read},         {"open_s", open},          {"text_encoder_s", text},
-                   {"denoiser_s", denoiser}, {"load_s", loading},       {"first_step_s", step},
-                   {"to_first_step_s", total}, {"peak_extra_mib", peak_extra}, {"ratio", read / loading}};
+              << fmt::format("    sequential read         {:7.3f} s  {:6.2f} GB/s\n", read, file_gb / read);
+    json[cache] = {{"read_s", read}};
+    for (size_t a = 0; a < accesses.size(); ++a) {
+      const std::vector<LoadRound>& rs = rounds[a];
+      const double open = mean(rs, [](const LoadRound& r) { return r.open_s; });
+      const double text = mean(rs, [](const LoadRound& r) { return r.text_encoder_s; });
+      const double prompt = mean(rs, [](const LoadRound& r) { return r.prompt_s; });
+      const double denoiser = mean(rs, [](const LoadRound& r) { return r.denoiser_s; });
+      const double step = mean(rs, [](const LoadRound& r) { return r.first_step_s; });
+      const double total = mean(rs, [](const LoadRound& r) { return r.total_s; });
+      const double loading = open + text + denoiser;
+      double peak_extra = 0;
+      for (const LoadRound& r : rs) peak_extra = std::max(peak_extra, r.peak_mib - r.rss_before_mib);
+      std::cout << fmt::format("    weights {}{}\n", accesses[a].first,
+                               accesses[a].second == WeightAccess::Read ? " (DITBATCH_NO_MMAP=1)" : " (the default)")
+                << fmt::format("      open + tokenizer      {:7.3f} s\n", open)
+                << fmt::format("      text encoder          {:7.3f} s\n", text)
+                << fmt::format("      transformer + VAE     {:7.3f} s\n", denoiser)
+                << fmt::format("      load in all           {:7.3f} s  {:6.2f} GB/s\n", loading, file_gb / loading)
+                << fmt::format("      1 prompt encoded      {:7.3f} s (between the two loads, not counted in the load)\n",
+                               prompt)
+                << fmt::format("      first step (256x256)  {:7.3f} s after the load; {:.3f} s from the start\n", step,
+                               total)
+                << fmt::format("      peak host memory      {:7.0f} MiB above the RSS before the load\n", peak_extra)
+                << fmt::format("      ratio                 {:7.3f} (load rate / read rate)\n", read / loading);
+      json[cache][accesses[a].first] = {
+          {"open_s", open},     {"text_encoder_s", text},   {"prompt_s", prompt}, {"denoiser_s", denoiser},
+          {"load_s", loading},  {"first_step_s", step},     {"to_first_step_s", total},
+          {"peak_extra_mib", peak_extra}, {"ratio", read / loading}};
+    }
   }
   if (!dropped_all) std::cout << "  note: the kernel did not drop the file's pages for every cold round\n";
+  std::string ratios;
+  for (const std::string& cache : caches)
+    for (const auto& [name, access] : accesses)
+      ratios += fmt::format("  {} {} {:.3f}", cache, name, json[cache][name]["ratio"].get<double>());
+  std::cout << "  load rate / read rate:" << ratios << "\n";
   std::cout << "BENCH_JSON " << json.dump() << std::endl;
   return 0;
 }
@@ -622,6 +649,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       "format", po::value(&load.format_version)->default_value(kWeightFormatVersion),
       "load --out: the weight format (2: the older SHA-256 digests)")(
       "cache", po::value(&load.cache)->default_value("both"), "load: warm | cold | both (cold: the file's pages dropped first)")(
+      "access", po::value(&load.access)->default_value("both"),
+      "load: mapped (the default load) | read (DITBATCH_NO_MMAP=1) | both")(
       "weights", po::value(&o.weights), "a ditbatch .h5 to take the model from (else --config)")(
       "config", po::value(&o.config)->default_value("small"),
       "tiny | small | real | a JSON object | a config.json: random weights with this config")(

@@ -154,9 +154,14 @@ File File::open_read(const std::string& path) {
 }
 
 namespace {
-hid_t create_file(const std::string& path, unsigned flags) {
+constexpr hsize_t kPage = 4096;
+
+hid_t create_file(const std::string& path, unsigned flags, bool page_aligned = false) {
   silence_hdf5();
-  const hid_t id = H5Fcreate(path.c_str(), flags, H5P_DEFAULT, H5P_DEFAULT);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || (page_aligned && H5Pset_alignment(fapl.id(), kPage, kPage) < 0))
+    fail("{}: cannot set up the HDF5 file access: {}", path, last_error());
+  const hid_t id = H5Fcreate(path.c_str(), flags, H5P_DEFAULT, fapl.id());
   if (id < 0) fail_input("{}: cannot create the HDF5 file: {}", path, last_error());
   return id;
 }
@@ -169,9 +174,9 @@ File File::create(const std::string& path) {
   return f;
 }
 
-File File::create_exclusive(const std::string& path) {
+File File::create_exclusive(const std::string& path, bool page_aligned) {
   File f;
-  f.handle_ = Handle(create_file(path, H5F_ACC_EXCL), H5Fclose);
+  f.handle_ = Handle(create_file(path, H5F_ACC_EXCL, page_aligned), H5Fclose);
   f.path_ = path;
   return f;
 }
@@ -185,6 +190,22 @@ File File::open_rw(const std::string& path) {
   f.path_ = path;
   return f;
 }
+
+namespace {
+// The descriptor of a file HDF5 opened with its default sec2 driver; none with another driver.
+std::optional<int> sec2_descriptor(hid_t file) {
+  Handle fapl(H5Fget_access_plist(file), H5Pclose);
+  if (!fapl.valid() || H5Pget_driver(fapl.id()) != H5FD_SEC2) return std::nullopt;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || !handle) {
+    (void)last_error();
+    return std::nullopt;
+  }
+  return *static_cast<int*>(handle);
+}
+}  // namespace
+
+std::optional<int> File::descriptor() const { return sec2_descriptor(handle_.id()); }
 
 Group File::root() const {
   hid_t g = H5Gopen2(handle_.id(), "/", H5P_DEFAULT);
@@ -457,14 +478,9 @@ std::optional<RawExtent> Group::raw_extent(const std::string& name) const {
   const haddr_t offset = H5Dget_offset(d.id());
   if (offset == HADDR_UNDEF || H5Dget_storage_size(d.id()) != bytes) return std::nullopt;
   Handle file(H5Iget_file_id(d.id()), H5Fclose);
-  Handle fapl(H5Fget_access_plist(file.id()), H5Pclose);
-  if (!fapl.valid() || H5Pget_driver(fapl.id()) != H5FD_SEC2) return std::nullopt;
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file.id(), H5P_DEFAULT, &handle) < 0 || !handle) {
-    (void)last_error();
-    return std::nullopt;
-  }
-  return RawExtent{*static_cast<int*>(handle), static_cast<uint64_t>(offset), bytes};
+  const std::optional<int> fd = sec2_descriptor(file.id());
+  if (!fd) return std::nullopt;
+  return RawExtent{*fd, static_cast<uint64_t>(offset), bytes};
 }
 
 void Group::read_dataset_raw(const std::string& name, void* dst) const {

@@ -126,12 +126,16 @@ class File {
   // Creates (truncating) a file for writing.
   static File create(const std::string& path);
   // Creates a file that must not exist yet (O_CREAT | O_EXCL: never through a symbolic link),
-  // for temporaries in folders others may write to.
-  static File create_exclusive(const std::string& path);
+  // for temporaries in folders others may write to. With `page_aligned`, every object of a page
+  // or more starts at a multiple of the page (4096 bytes): a dataset's bytes can then be used
+  // where a mapping of the file puts them, and share no page with another's.
+  static File create_exclusive(const std::string& path, bool page_aligned = false);
   // Opens an existing file for reading and writing (tools and tests that patch a dataset).
   static File open_rw(const std::string& path);
   Group root() const;
   const std::string& path() const { return path_; }
+  // HDF5's own descriptor of the file (its default sec2 driver), where RawExtent offsets lie.
+  std::optional<int> descriptor() const;
   void flush() const;
   void close() { handle_.reset(); }
   // Closes, writing what HDF5 still buffers; a failure (a full disk) throws naming the file.

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string_view>
 
 #include <xxhash.h>
 
@@ -175,8 +177,8 @@ std::string file_checksum(std::vector<std::pair<std::string, std::string>> compo
 
 // ---- Component -----------------------------------------------------------------------------
 
-Component::Component(h5::Group group, std::string name, DigestKind digests)
-    : group_(std::move(group)), name_(std::move(name)), digests_(digests) {
+Component::Component(h5::Group group, std::string name, DigestKind digests, std::shared_ptr<MappedFile> mapping)
+    : group_(std::move(group)), name_(std::move(name)), digests_(digests), mapping_(std::move(mapping)) {
   config_ = group_.has_attr("config_json") ? Config::parse(group_.attr_string("config_json"), group_.where())
                                            : Config(nlohmann::json::object(), group_.where());
 }
@@ -199,8 +201,6 @@ h5::DatasetInfo Component::tensor_info(const std::string& name) const {
 
 void Component::read_verified(const std::string& name, const h5::DatasetInfo& info, void* dst) const {
   const size_t bytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
-  const std::string recorded = group_.dataset_attr_string(name, digest_attribute(digests_));
-  std::string read;
   if (const std::optional<h5::RawExtent> extent = group_.raw_extent(name)) {
     // Each 4 MiB piece read and hashed by one thread while it is still in the cache, the
     // threads reading at once: read, digest and the first touch of dst overlap.
@@ -219,15 +219,33 @@ void Component::read_verified(const std::string& name, const h5::DatasetInfo& in
       digests[static_cast<size_t>(i)] = piece_digest(digests_, to, count);
     });
     h5::count_dataset_bytes_read(static_cast<int64_t>(bytes));
-    read = combine_piece_digests(digests_, digests);
+    check_digest(name, combine_piece_digests(digests_, digests));
   } else {
     group_.read_dataset_raw(name, dst);
-    read = tensor_digest(dst, bytes, digests_);
+    check_digest(name, tensor_digest(dst, bytes, digests_));
   }
+}
+
+void Component::check_digest(const std::string& name, const std::string& read) const {
+  const std::string recorded = group_.dataset_attr_string(name, digest_attribute(digests_));
   if (read != recorded)
     fail_input("{}: its bytes do not match the digest recorded when the file was written ({}, read {}): the file was "
                "changed after it was written, or is damaged; convert it again",
                where(name), recorded.empty() ? std::string("none") : recorded.substr(0, 16), read.substr(0, 16));
+}
+
+Tensor Component::mapped_tensor(const std::string& name, const h5::DatasetInfo& info) const {
+  if (!mapping_) return {};
+  const std::optional<h5::RawExtent> extent = group_.raw_extent(name);
+  // Elements at their own alignment (a file of an older ditbatch may place a dataset anywhere),
+  // wholly inside the file (a truncated one is refused by the read, which names the bytes).
+  if (!extent || extent->offset % dtype_size(info.dtype) != 0 || !mapping_->holds(extent->offset, extent->bytes))
+    return {};
+  Tensor t(mapping_->range(extent->offset, extent->bytes), 0, info.shape, info.dtype);
+  // The digest's threads fault the pages in, from the page cache or the disk, all at once.
+  check_digest(name, tensor_digest(t.raw(), extent->bytes, digests_));
+  h5::count_dataset_bytes_read(static_cast<int64_t>(extent->bytes));
+  return t;
 }
 
 Tensor Component::tensor(const std::string& name) const { return tensor(name, tensor_info(name).shape); }
@@ -250,6 +268,7 @@ Tensor Component::tensor(const std::string& name, const Shape& expected, const s
                shape_str(expected), why.empty() ? "" : " from the config: ", why);
   if (!is_float(info.dtype))
     fail_input("{}: tensor has dtype {}, expected f32, bf16 or f16", where(name), dtype_name(info.dtype));
+  if (Tensor mapped = mapped_tensor(name, info); mapped.defined()) return mapped;
   Tensor t = staging && info.dtype != DType::F32 ? staging->take(info.shape, info.dtype)
                                                  : Tensor::host(info.shape, info.dtype);
   read_verified(name, info, t.raw());
@@ -258,11 +277,18 @@ Tensor Component::tensor(const std::string& name, const Shape& expected, const s
 
 // ---- WeightStore ---------------------------------------------------------------------------
 
-WeightStore WeightStore::open(const std::string& path) {
+WeightAccess default_weight_access() {
+  const char* no_mmap = std::getenv("DITBATCH_NO_MMAP");
+  return no_mmap && *no_mmap && std::string_view(no_mmap) != "0" ? WeightAccess::Read : WeightAccess::Mapped;
+}
+
+WeightStore WeightStore::open(const std::string& path, WeightAccess access) {
   WeightStore store;
   store.file_ = std::make_shared<h5::File>(h5::File::open_read(path));
   store.root_ = store.file_->root();
   store.path_ = path;
+  if (access == WeightAccess::Mapped)
+    if (const std::optional<int> fd = store.file_->descriptor()) store.mapping_ = MappedFile::map(*fd, path);
   if (!store.root_.has_attr("format_version"))
     fail_input("{}: not a ditbatch weight file (no format_version attribute; convert a diffusers folder "
                "with `ditbatch convert`)",
@@ -326,7 +352,7 @@ Component WeightStore::component(const std::string& name) const {
     fail_input("{}: missing component '{}' (the file has: {})", path_, name,
                present.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(present, ", ")));
   }
-  return Component(root_.open_group(name), name, digests_);
+  return Component(root_.open_group(name), name, digests_, mapping_);
 }
 
 std::string WeightStore::root_string(const std::string& attr, const std::string& fallback) const {
@@ -347,7 +373,7 @@ WeightWriter::WeightWriter(const std::string& final_path, int64_t format_version
       digests_(digest_kind_of_format(format_version)),
       temp_(final_path, false),
       remove_on_signal_(std::make_unique<RemoveOnSignal>(temp_.path())) {
-  file_ = std::make_unique<h5::File>(h5::File::create_exclusive(temp_.path()));
+  file_ = std::make_unique<h5::File>(h5::File::create_exclusive(temp_.path(), /*page_aligned=*/true));
   root_ = file_->root();
   DITBATCH_CHECK(format_version == kWeightFormatVersion || format_version == 2, "WeightWriter: format {}",
                  format_version);

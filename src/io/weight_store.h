@@ -6,7 +6,8 @@
 //   /transformer      attrs: config_json (the diffusers config.json verbatim) + one typed
 //   /text_encoder            attribute per numeric/bool/string config key (nested keys dotted:
 //   /vae                     "text_config.hidden_size"); one dataset per tensor, named by its
-//                            diffusers state-dict key, contiguous, f32/bf16/f16
+//                            diffusers state-dict key, contiguous, f32/bf16/f16, those of
+//                            a page or more page aligned (a mapped file's tensors are views)
 //   /tokenizer        the tokenizer files as u8 datasets (vocab.json, merges.txt, ...)
 //   /scheduler        attrs: config_json + typed attributes (no datasets)
 //
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "core/fs.h"
+#include "core/mapped_file.h"
 #include "core/remove_on_signal.h"
 #include "core/sha256.h"
 #include "io/config.h"
@@ -62,7 +64,9 @@ const std::vector<std::string>& pipeline_components();
 // One component group of an open weight file.
 class Component {
  public:
-  Component(h5::Group group, std::string name, DigestKind digests = DigestKind::Xxh3Pieces);
+  // With `mapping` (the file mapped, see WeightAccess), tensors are views of it where they can be.
+  Component(h5::Group group, std::string name, DigestKind digests = DigestKind::Xxh3Pieces,
+            std::shared_ptr<MappedFile> mapping = nullptr);
   const std::string& name() const { return name_; }
   std::string where(const std::string& child = "") const { return group_.where(child); }
   const h5::Group& group() const { return group_; }
@@ -73,11 +77,14 @@ class Component {
   bool has_tensor(const std::string& name) const { return group_.has_dataset(name); }
   std::vector<std::string> tensor_names() const;  // sorted
   h5::DatasetInfo tensor_info(const std::string& name) const;
-  // A host tensor in its stored dtype. Missing: names the closest existing tensors.
+  // A host tensor in its stored dtype: a view of the mapped file where the file is mapped and
+  // the dataset's bytes lie there whole and aligned, else read into memory of its own; every
+  // byte checked against the digest either way. Missing: names the closest existing tensors.
   Tensor tensor(const std::string& name) const;
   // The same, but the shape must be `expected`; `why` says which config values imply it. With
-  // `staging`, a 16-bit tensor (which every backend converts or copies when it uploads it) is
-  // read into that reused buffer; an f32 one always gets its own (a CPU backend keeps it).
+  // `staging`, a 16-bit tensor that is read, not mapped (every backend converts or copies it
+  // when it uploads it), goes into that reused buffer; an f32 one always gets its own (a CPU
+  // backend keeps it).
   Tensor tensor(const std::string& name, const Shape& expected, const std::string& why = "",
                 ReusedHostBuffer* staging = nullptr) const;
   std::string file_bytes(const std::string& name) const;
@@ -85,17 +92,28 @@ class Component {
  private:
   // Every byte of a dataset is read here, and checked against its digest before it is used.
   void read_verified(const std::string& name, const h5::DatasetInfo& info, void* dst) const;
+  void check_digest(const std::string& name, const std::string& read) const;  // refuses a mismatch
+  Tensor mapped_tensor(const std::string& name, const h5::DatasetInfo& info) const;  // undefined: read it
 
   h5::Group group_;
   std::string name_;
   Config config_;
   DigestKind digests_;
+  std::shared_ptr<MappedFile> mapping_;
 };
+
+// How a weight file's tensors reach memory. Mapped (the default): views of the file mapped
+// into memory, the page cache's own pages, for tensors the backend keeps in the stored dtype
+// (f32 on the CPU) or copies from (to a GPU): no copy and no fresh memory, which is what limits
+// a read into the process (clearing its fresh pages). Read: each tensor read with pread into
+// memory of its own, for file systems where mapping is slow (DITBATCH_NO_MMAP=1 sets it).
+enum class WeightAccess { Mapped, Read };
+WeightAccess default_weight_access();  // Read where DITBATCH_NO_MMAP is set (not "0"), else Mapped
 
 class WeightStore {
  public:
   // Opens and validates (HDF5, format version); clear errors otherwise.
-  static WeightStore open(const std::string& path);
+  static WeightStore open(const std::string& path, WeightAccess access = default_weight_access());
   const std::string& path() const { return path_; }
   bool has_component(const std::string& name) const;
   Component component(const std::string& name) const;  // missing: lists those present
@@ -110,6 +128,7 @@ class WeightStore {
 
  private:
   std::shared_ptr<h5::File> file_;
+  std::shared_ptr<MappedFile> mapping_;
   h5::Group root_;
   std::string path_, checksum_;
   DigestKind digests_ = DigestKind::Xxh3Pieces;

@@ -116,10 +116,17 @@ TEST(Bench, LoadTimesTheFileAndThePipelineLoad) {
   EXPECT_EQ(j["file_bytes"].get<uint64_t>(), std::filesystem::file_size(test::tiny_model()));
   for (const char* cache : {"warm", "cold"}) {
     ASSERT_TRUE(j.contains(cache)) << r.output;
-    for (const char* field : {"read_s", "load_s", "text_encoder_s", "denoiser_s", "first_step_s", "ratio"})
-      EXPECT_GT(j[cache][field].get<double>(), 0.0) << cache << " " << field;
-    EXPECT_GE(j[cache]["to_first_step_s"].get<double>(), j[cache]["load_s"].get<double>());
+    EXPECT_GT(j[cache]["read_s"].get<double>(), 0.0) << cache;
+    for (const char* access : {"mapped", "read"}) {  // the default load, and DITBATCH_NO_MMAP's
+      ASSERT_TRUE(j[cache].contains(access)) << r.output;
+      const nlohmann::json& a = j[cache][access];
+      for (const char* field : {"load_s", "text_encoder_s", "prompt_s", "denoiser_s", "first_step_s", "ratio"})
+        EXPECT_GT(a[field].get<double>(), 0.0) << cache << " " << access << " " << field;
+      EXPECT_GE(a["to_first_step_s"].get<double>(), a["load_s"].get<double>());
+      EXPECT_NEAR(a["ratio"].get<double>(), j[cache]["read_s"].get<double>() / a["load_s"].get<double>(), 1e-9);
+    }
   }
+  EXPECT_NE(r.output.find("load rate / read rate:  warm mapped"), std::string::npos) << r.output;
   // A random pipeline is written only in a dtype and format it can be: refused before writing.
   test::TempDir dir;
   auto bad = test::run(test::exe() + " bench load --out " + dir / "never.h5" + " --dtype f16 --backend cpu");
