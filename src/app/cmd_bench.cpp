@@ -31,6 +31,7 @@
 #include "core/timer.h"
 #include "io/config.h"
 #include "io/convert.h"
+#include "io/diffusers_export.h"
 #include "io/weight_store.h"
 #include "model/random_weights.h"
 #include "model/tiny_pipeline.h"
@@ -635,6 +636,93 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
   return 0;
 }
 
+// The rate at which this file system takes a new file of `bytes` bytes beside `path`: written
+// in 8 MiB pieces by one thread, fsync'ed (as convert's writer finishes its file), removed.
+double sequential_write_seconds(const std::string& path, uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
+  std::vector<char> buffer(size_t{8} << 20);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<char>(i * 2654435761u >> 13);  // not zeros
+  Stopwatch watch;
+  for (uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::write(fd, buffer.data(), static_cast<size_t>(std::min<uint64_t>(buffer.size(), bytes - done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("{}: write failed: {}", path, std::strerror(errno));
+    done += static_cast<uint64_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
+  const double seconds = watch.seconds();
+  ::close(fd);
+  fs::remove(path);
+  return seconds;
+}
+
+// convert of a diffusers folder written from --weights, against a sequential write of as many
+// bytes on the same file system; the converted file must have the checksum of the one it came
+// from (the same bytes in, the same model out).
+int bench_convert(const CommonOptions& o, const LoadOptions& lo, const Log& log) {
+  if (o.weights.empty())
+    fail_input("bench convert: give --weights FILE.h5 (e.g. one `bench load --out F --layers N` wrote): it is written "
+               "back as a diffusers folder beside it, then converted");
+  const WeightStore original = WeightStore::open(o.weights);
+  const std::string work =
+      lo.out.empty() ? (fs::path(o.weights).parent_path() / fmt::format(".bench-convert-{}", ::getpid())).string()
+                     : lo.out;
+  if (fs::exists(fs::symlink_status(work))) fail_input("{}: exists; name a folder that does not exist yet", work);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{work};
+  Stopwatch exported;
+  const int64_t tensor_bytes = export_diffusers_folder(original, work + "/pipeline");
+  const double export_s = exported.seconds();
+  std::vector<double> write_s, convert_s;
+  uint64_t file_bytes = 0;
+  std::string checksum;
+  for (int round = 0; round < o.warmup + o.steps; ++round) {
+    const std::string to = work + "/converted.h5";
+    const auto convert = [&] {
+      Stopwatch watch;
+      convert_diffusers({.from = work + "/pipeline", .to = to, .dtype = "keep", .model_name = ""}, log);
+      const double seconds = watch.seconds();
+      file_bytes = fs::file_size(to);
+      checksum = WeightStore::open(to).checksum();
+      fs::remove(to);
+      return seconds;
+    };
+    double w = 0, c = 0;
+    if (round % 2) w = sequential_write_seconds(work + "/sequential.bin", fs::file_size(o.weights)), c = convert();
+    else c = convert(), w = sequential_write_seconds(work + "/sequential.bin", fs::file_size(o.weights));
+    if (round < o.warmup) continue;
+    write_s.push_back(w);
+    convert_s.push_back(c);
+  }
+  const double write = std::accumulate(write_s.begin(), write_s.end(), 0.0) / static_cast<double>(write_s.size());
+  const double conv = std::accumulate(convert_s.begin(), convert_s.end(), 0.0) / static_cast<double>(convert_s.size());
+  const double gb = static_cast<double>(file_bytes) / 1e9, original_gb = static_cast<double>(fs::file_size(o.weights)) / 1e9;
+  const bool same = checksum == original.checksum();
+  const double ratio = (gb / conv) / (original_gb / write);
+  std::cout << "bench convert\n"
+            << fmt::format("  from          {} ({:.2f} GB), written as a diffusers folder ({:.2f} GB of tensors) in "
+                           "{:.1f} s\n",
+                           o.weights, original_gb, static_cast<double>(tensor_bytes) / 1e9, export_s)
+            << fmt::format("  {} round(s) after {} warm-up, the folder in the page cache\n", o.steps, o.warmup)
+            << fmt::format("    sequential write + fsync  {:7.3f} s  {:6.2f} GB/s\n", write, original_gb / write)
+            << fmt::format("    convert (keep)            {:7.3f} s  {:6.2f} GB/s ({:.2f} GB file)\n", conv, gb / conv, gb)
+            << fmt::format("    checksum                  {}\n",
+                           same ? "the original's" : "DIFFERS: " + checksum + " vs " + original.checksum())
+            << fmt::format("    ratio                     {:7.3f} (convert's write rate / the sequential write rate)\n",
+                           ratio);
+  const nlohmann::ordered_json json = {{"bench", "convert"}, {"engine", "ditbatch"},     {"file", o.weights},
+                                       {"file_bytes", file_bytes}, {"write_s", write}, {"convert_s", conv},
+                                       {"same_checksum", same},    {"ratio", ratio}};
+  std::cout << "BENCH_JSON " << json.dump() << std::endl;
+  return same ? 0 : 1;
+}
+
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
@@ -642,8 +730,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::string what;
   po::options_description desc("options");
   LoadOptions load;
-  desc.add_options()("what", po::value(&what), "dit | vae | text | load (the first argument)")(
-      "out", po::value(&load.out), "load: write a random pipeline of the real widths here first, and time loading it")(
+  desc.add_options()("what", po::value(&what), "dit | vae | text | load | convert (the first argument)")(
+      "out", po::value(&load.out),
+      "load: write a random pipeline of the real widths here first, and time loading it; convert: the scratch folder")(
       "layers", po::value(&load.layers)->default_value(2), "load --out: its transformer blocks and text-encoder layers")(
       "dtype", po::value(&load.dtype)->default_value("bf16"), "load --out: the stored dtype, bf16 or f32")(
       "format", po::value(&load.format_version)->default_value(kWeightFormatVersion),
@@ -667,22 +756,25 @@ int cmd_bench(const std::vector<std::string>& args) {
   positional.add("what", 1);
   po::variables_map vm;
   if (!parse_options("bench",
-                     "dit|vae|text|load [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
+                     "dit|vae|text|load|convert [--weights F.h5 | --config tiny|small|real|JSON] [--size WxH] [options]",
                      "Times one model on random inputs: ms per call (mean and min over --steps after --warmup),\n"
                      "GFLOP/s from an explicit FLOP count (dit, text; vae: time only), peak RSS and the threads\n"
                      "used. load: the sequential read rate of --weights beside the pipeline's load as generate runs\n"
                      "it (text encoder, transformer, VAE, the first step), warm and cold page cache (with --out: of\n"
-                     "a random pipeline of the real widths written there first). Prints a table and one line\n"
+                     "a random pipeline of the real widths written there first). convert: --weights written back as\n"
+                     "a diffusers folder, converted again (the same checksum) beside a sequential write + fsync of\n"
+                     "as many bytes. Prints a table and one line\n"
                      "'BENCH_JSON {...}' for scripts. A benchmark: its figures depend on the machine.",
                      desc, &positional, args, vm))
     return 0;
-  if (what != "dit" && what != "vae" && what != "text" && what != "load")
-    fail_input("bench {}: say what to time: dit, vae, text or load (see ditbatch bench --help)",
+  if (what != "dit" && what != "vae" && what != "text" && what != "load" && what != "convert")
+    fail_input("bench {}: say what to time: dit, vae, text, load or convert (see ditbatch bench --help)",
                what.empty() ? "''" : what);
   if (o.steps < 1 || o.warmup < 0)
     fail_input("--steps {} / --warmup {}: need steps >= 1, warmup >= 0", o.steps, o.warmup);
   if (!o.weights.empty() && !vm["config"].defaulted()) fail_input("give either --weights or --config, not both");
   Log log(0, 1, o.log_level);
+  if (what == "convert") return bench_convert(o, load, log);
   std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
   if (what == "load") return bench_load(o, load, *backend, log);
   if (what == "dit") return bench_dit(o, *backend);

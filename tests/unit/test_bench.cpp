@@ -135,6 +135,19 @@ TEST(Bench, LoadTimesTheFileAndThePipelineLoad) {
   EXPECT_FALSE(std::filesystem::exists(dir / "never.h5"));
 }
 
+// The convert bench converts a folder written from the file and says the checksum came back.
+TEST(Bench, ConvertTimesTheWriteAndGivesBackTheChecksum) {
+  test::TempDir dir;
+  auto r = test::run(test::exe() + " bench convert --weights " + test::tiny_model() + " --out " + (dir / "scratch") +
+                     " --steps 1 --warmup 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  EXPECT_TRUE(j["same_checksum"].get<bool>()) << r.output;
+  for (const char* field : {"write_s", "convert_s", "ratio"}) EXPECT_GT(j[field].get<double>(), 0.0) << field;
+  EXPECT_GT(j["file_bytes"].get<double>(), 0.9 * static_cast<double>(std::filesystem::file_size(test::tiny_model())));
+  EXPECT_FALSE(std::filesystem::exists(dir / "scratch")) << "the scratch folder is removed";
+}
+
 TEST(Bench, BadInputIsAUsageError) {
   auto size = test::run(test::exe() + " bench dit --config tiny --size 60x64");
   EXPECT_EQ(size.status, 2) << size.output;

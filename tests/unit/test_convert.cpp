@@ -8,6 +8,7 @@
 #include <map>
 
 #include "io/convert.h"
+#include "io/diffusers_export.h"
 #include "io/safetensors.h"
 #include "io/weight_store.h"
 #include "test_util.h"
@@ -152,6 +153,50 @@ TEST(Convert, DiffusersFolderToH5ThenInspect) {
         fmt::format("img_in.weight f32{}", shape_str(img_in)), std::string("file merges.txt"),
         std::string("GPU memory for generate")})
     EXPECT_NE(inspect.output.find(needle), std::string::npos) << needle << "\n" << inspect.output;
+}
+
+// What `bench convert` converts: a weight file written back as a diffusers folder. Its
+// tensors are the bytes diffusers saved (sharded, mixed dtypes, in the folder convert read),
+// and converting it again gives a file of the same checksum.
+TEST(Convert, AFileWrittenBackAsADiffusersFolderConvertsToTheSameChecksum) {
+  TempDir dir;
+  write_pipeline(dir / "pipe");
+  ConvertOptions first{.from = dir / "pipe", .to = dir / "first.h5"};
+  convert_diffusers(first, Log::quiet());
+  const WeightStore store = WeightStore::open(dir / "first.h5");
+  const int64_t bytes = export_diffusers_folder(store, dir / "back");
+  std::map<std::string, std::string> saved;  // name -> the bytes diffusers (or write_pipeline) stored
+  int64_t saved_bytes = 0;
+  for (const std::string f : {"text_encoder/model-00001-of-00002.safetensors",
+                               "text_encoder/model-00002-of-00002.safetensors",
+                               "transformer/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors"}) {
+    auto file = SafetensorsFile::open(dir / "pipe/" + f);
+    for (const auto& e : file->entries()) {
+      if (is_unused_text_encoder_tensor(e.name)) continue;
+      saved[fs::path(f).parent_path().string() + "/" + e.name] =
+          std::string(static_cast<const char*>(file->data(e)), e.end - e.begin);
+      saved_bytes += static_cast<int64_t>(e.end - e.begin);
+    }
+  }
+  EXPECT_EQ(bytes, saved_bytes);
+  size_t compared = 0;
+  for (const std::string f : {"text_encoder/model.safetensors", "transformer/diffusion_pytorch_model.safetensors",
+                               "vae/diffusion_pytorch_model.safetensors"}) {
+    auto file = SafetensorsFile::open(dir / "back/" + f);
+    for (const auto& e : file->entries()) {
+      const std::string key = fs::path(f).parent_path().string() + "/" + e.name;
+      ASSERT_TRUE(saved.count(key)) << key;
+      EXPECT_EQ(std::string(static_cast<const char*>(file->data(e)), e.end - e.begin), saved.at(key)) << key;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, saved.size());
+  EXPECT_EQ(test::read_text(dir / "back/tokenizer/vocab.json"), test::read_text(dir / "pipe/tokenizer/vocab.json"));
+  convert_diffusers({.from = dir / "back", .to = dir / "again.h5"}, Log::quiet());
+  EXPECT_EQ(WeightStore::open(dir / "again.h5").checksum(), store.checksum());
+  // A folder that exists is never written into.
+  EXPECT_NE(test::input_error_of([&] { export_diffusers_folder(store, dir / "back"); }).find("exists"),
+            std::string::npos);
 }
 
 TEST(Convert, DtypeBf16RoundsEveryTensor) {
