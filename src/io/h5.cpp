@@ -428,6 +428,30 @@ void Group::write_dataset(const std::string& name, const Shape& shape, DType dty
   if (H5Dclose(dataset.release()) < 0) fail("{}: cannot write dataset (disk full?): {}", where(name), last_error());
 }
 
+std::optional<RawExtent> Group::create_dataset_for_pwrite(const std::string& name, const Shape& shape,
+                                                          DType dtype) const {
+  if constexpr (std::endian::native != std::endian::little) return std::nullopt;  // the file stores little-endian
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (bytes == 0) return std::nullopt;
+  Handle file(H5Iget_file_id(id()), H5Fclose);
+  const std::optional<int> fd = sec2_descriptor(file.id());
+  if (!fd) return std::nullopt;
+  Handle space = make_space(shape);
+  Handle dcpl = dataset_create_plist();
+  // Allocated at creation (it has an address to write at), never filled (every byte is written).
+  if (H5Pset_layout(dcpl.id(), H5D_CONTIGUOUS) < 0 || H5Pset_alloc_time(dcpl.id(), H5D_ALLOC_TIME_EARLY) < 0 ||
+      H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER) < 0)
+    fail("{}: cannot set up the dataset: {}", where(name), last_error());
+  const hid_t d = H5Dcreate2(id(), name.c_str(), file_type(dtype), space.id(), H5P_DEFAULT, dcpl.id(), H5P_DEFAULT);
+  if (d < 0) fail("{}: cannot create dataset (disk full?): {}", where(name), last_error());
+  Handle dataset(d, H5Dclose);
+  const haddr_t offset = H5Dget_offset(d);
+  if (offset == HADDR_UNDEF || H5Dget_storage_size(d) != bytes)
+    fail("{}: HDF5 placed no contiguous storage of {} bytes for the dataset: {}", where(name), bytes, last_error());
+  if (H5Dclose(dataset.release()) < 0) fail("{}: cannot create dataset (disk full?): {}", where(name), last_error());
+  return RawExtent{*fd, static_cast<uint64_t>(offset), bytes};
+}
+
 void Group::write_tensor(const std::string& name, const Tensor& host) const {
   DITBATCH_CHECK(host.device() == Device::Host, "write_tensor of device tensor {}", host.describe());
   write_dataset(name, host.shape(), host.dtype(), host.numel() ? host.raw() : nullptr);

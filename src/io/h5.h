@@ -97,6 +97,11 @@ class Group {
 
   // Datasets (contiguous). Writing a float dataset stores `data` as it is, in `dtype`.
   void write_dataset(const std::string& name, const Shape& shape, DType dtype, const void* data) const;
+  // A contiguous dataset whose storage is allocated now, for its bytes (`dtype`'s, as they are
+  // in memory) to be written with pwrite() at the returned RawExtent, by several threads at once
+  // and not through the library; none (nothing created) where the file's driver gives no
+  // descriptor or the bytes are none: then write_dataset.
+  std::optional<RawExtent> create_dataset_for_pwrite(const std::string& name, const Shape& shape, DType dtype) const;
   void write_tensor(const std::string& name, const Tensor& host) const;
   void write_bytes(const std::string& name, const std::string& bytes) const;
   DatasetInfo dataset_info(const std::string& name) const;

@@ -395,10 +395,35 @@ void WeightWriter::begin_component(const std::string& name, const std::string& c
 
 void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType dtype, const void* data) {
   DITBATCH_CHECK(current_, "add_tensor({}) outside a component", name);
-  current_->write_dataset(name, shape, dtype, data);
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   // The digest covers the bytes as stored; the component's checksum adds name, dtype and shape.
-  const std::string digest =
-      tensor_digest(data, static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), digests_);
+  std::string digest;
+  std::optional<h5::RawExtent> extent;
+  if (bytes >= kDigestPiece) extent = current_->create_dataset_for_pwrite(name, shape, dtype);
+  if (extent) {
+    // Each 4 MiB piece written and hashed by one thread while it is in the cache, the threads
+    // writing at once: the kernel's copy into the page cache, which bounds one writer, runs on
+    // every core.
+    const auto* from_data = static_cast<const char*>(data);
+    std::vector<std::string> digests(static_cast<size_t>(piece_count(bytes)));
+    parallel_pieces(std::ssize(digests), [&](int64_t i) {
+      const size_t from = static_cast<size_t>(i) * kDigestPiece, count = std::min(kDigestPiece, bytes - from);
+      for (size_t done = 0; done < count;) {
+        const ssize_t n = ::pwrite(extent->fd, from_data + from + done, count - done,
+                                   static_cast<off_t>(extent->offset + from + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+          fail("{}: cannot write dataset (disk full?): its bytes {}..{} of {}: {}", current_->where(name), from + done,
+               from + count, bytes, n < 0 ? std::strerror(errno) : "nothing written");
+        done += static_cast<size_t>(n);
+      }
+      digests[static_cast<size_t>(i)] = piece_digest(digests_, from_data + from, count);
+    });
+    digest = combine_piece_digests(digests_, digests);
+  } else {
+    current_->write_dataset(name, shape, dtype, data);
+    digest = tensor_digest(data, bytes, digests_);
+  }
   current_->set_dataset_attr(name, digest_attribute(digests_), digest);
   current_digests_.push_back({name, std::string(dtype_name(dtype)), shape_str(shape), digest});
 }
