@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -33,7 +35,11 @@ void name_mapped_file_on_sigbus(const std::string& path) {
   const std::string text = "ditbatch: SIGBUS reading a memory-mapped file (the newest mapped is " + path +
                            "): it shrank or became unreadable while in use. Do not truncate or rewrite a weight file "
                            "in place while a run reads it (write a new file and rename it over the old one)\n";
-  g_sigbus_message.store(strdup(text.c_str()));  // the previous message is left: a handler may be reading it
+  // Every message is kept (a handler may be reading an older one), reachable to the end.
+  static std::mutex kept_lock;
+  static std::deque<std::string> kept;
+  const std::lock_guard<std::mutex> lock(kept_lock);
+  g_sigbus_message.store(kept.emplace_back(text).c_str());
   static const bool installed = [] {
     struct sigaction current {};
     if (sigaction(SIGBUS, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
