@@ -114,6 +114,8 @@ struct TempSlot {
 TempSlot g_temp_slots[kTempSlots];
 static_assert(std::atomic<int>::is_always_lock_free);
 
+}  // namespace
+
 void fsync_path(const std::string& path, bool directory) {
   // O_NONBLOCK | O_NOFOLLOW: whatever sits at a name inside a shared folder, nothing blocks and
   // no link is followed.
@@ -125,6 +127,8 @@ void fsync_path(const std::string& path, bool directory) {
   ::close(fd);
   if (rc != 0 && !(directory && err == EINVAL)) fail("{}: fsync failed: {}", path, std::strerror(err));
 }
+
+namespace {
 
 // rename tmp -> final (a link or file at final is replaced, never followed), fsync the folder.
 void rename_into_place(const std::string& tmp_path, const std::string& final_path) {

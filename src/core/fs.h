@@ -58,6 +58,8 @@ void remove_temp_files_now();
 // Never follows a symbolic link. Removes them and returns their paths.
 std::vector<std::string> remove_orphaned_temp_files(const std::string& dir, const std::string& final_name = "");
 
+// fsync one file (directory: a folder; EINVAL, a file system that cannot, is no error).
+void fsync_path(const std::string& path, bool directory);
 // fsync a file and the directory that holds it, then rename tmp -> final atomically.
 void commit_file(const std::string& tmp_path, const std::string& final_path);
 // Writes bytes atomically to path (an exclusive temporary + fsync + rename).

@@ -186,6 +186,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
 
   // ---- stream ----
   ConvertStats stats;
+  stats.validate_seconds = watch.seconds();
   for (const std::string& orphan :
        remove_orphaned_temp_files(fs::path(opt.to).parent_path().string(), fs::path(opt.to).filename().string()))
     log.info("removed {} (left by an interrupted conversion)", orphan);
@@ -249,8 +250,10 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   writer.end_component();
   writer.begin_component("scheduler", read_file(scheduler_config_path));
   writer.end_component();
+  stats.stream_seconds = watch.seconds() - stats.validate_seconds;
   writer.finish();
   stats.seconds = watch.seconds();
+  stats.finish_seconds = stats.seconds - stats.validate_seconds - stats.stream_seconds;
   log.info("wrote {} ({} tensors, {} skipped, {:.2f} GB in {:.1f} s)", opt.to, stats.tensors, stats.skipped,
            stats.bytes_written / 1e9, stats.seconds);
   return stats;

@@ -18,6 +18,9 @@ struct ConvertOptions {
 struct ConvertStats {
   int64_t tensors = 0, skipped = 0;
   double bytes_read = 0, bytes_written = 0, seconds = 0;
+  // seconds, split: the folder checked (headers, configs, names, shapes, the tokenizer); the
+  // tensors streamed into the file; the file closed, fsync'ed and renamed into place.
+  double validate_seconds = 0, stream_seconds = 0, finish_seconds = 0;
 };
 
 // Validates the whole folder (configs, every safetensors header, every tensor the models read

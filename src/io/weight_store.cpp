@@ -1,6 +1,7 @@
 #include "io/weight_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <exception>
 #include <string_view>
 
+#include <omp.h>
 #include <xxhash.h>
 
 #include "core/error.h"
@@ -393,6 +395,62 @@ void WeightWriter::begin_component(const std::string& name, const std::string& c
   if (!config_json.empty()) write_config_attributes(*current_, config_json);
 }
 
+// One thread writes the pieces in file order while the others hash them, ahead of it: a
+// buffered write to one file holds its inode lock, so writers on other threads would only wait
+// on it, and the kernel's copy cannot fault the source in (a page of a mapping not yet touched
+// makes it zero the new page-cache pages and copy again), so the writer touches each piece
+// first, by hashing it where no other thread has.
+std::string WeightWriter::write_and_hash(const h5::RawExtent& extent, const std::string& name, const char* data,
+                                         size_t bytes) {
+  const int64_t count = piece_count(bytes);
+  std::vector<std::string> digests(static_cast<size_t>(count));
+  std::vector<std::atomic<bool>> claimed(static_cast<size_t>(count));
+  std::atomic<int64_t> next{0};
+  const auto piece = [&](int64_t i) {
+    const size_t from = static_cast<size_t>(i) * kDigestPiece;
+    return std::pair{from, std::min(kDigestPiece, bytes - from)};
+  };
+  const auto hash = [&](int64_t i) {
+    const auto [from, size] = piece(i);
+    digests[static_cast<size_t>(i)] = piece_digest(digests_, data + from, size);
+  };
+  const auto write = [&](int64_t i) {
+    const auto [from, size] = piece(i);
+    if (!claimed[static_cast<size_t>(i)].exchange(true)) {
+      hash(i);
+    } else {
+      for (size_t page = 0; page < size; page += 4096) static_cast<void>(*static_cast<const volatile char*>(data + from + page));
+    }
+    for (size_t done = 0; done < size;) {
+      const ssize_t n = ::pwrite(extent.fd, data + from + done, size - done, static_cast<off_t>(extent.offset + from + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        fail("{}: cannot write dataset (disk full?): its bytes {}..{} of {}: {}", current_->where(name), from + done,
+             from + size, bytes, n < 0 ? std::strerror(errno) : "nothing written");
+      done += static_cast<size_t>(n);
+    }
+  };
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+#pragma omp parallel if (count > 1)
+  {
+    try {
+      if (omp_get_thread_num() == 0) {
+        for (int64_t i = 0; i < count && !failed; ++i) write(i);
+      } else {
+        for (int64_t i; (i = next++) < count;)
+          if (!claimed[static_cast<size_t>(i)].exchange(true)) hash(i);
+      }
+    } catch (...) {
+      failed = true;
+#pragma omp critical
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return combine_piece_digests(digests_, digests);
+}
+
 void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType dtype, const void* data) {
   DITBATCH_CHECK(current_, "add_tensor({}) outside a component", name);
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
@@ -401,25 +459,7 @@ void WeightWriter::add_tensor(const std::string& name, const Shape& shape, DType
   std::optional<h5::RawExtent> extent;
   if (bytes >= kDigestPiece) extent = current_->create_dataset_for_pwrite(name, shape, dtype);
   if (extent) {
-    // Each 4 MiB piece written and hashed by one thread while it is in the cache, the threads
-    // writing at once: the kernel's copy into the page cache, which bounds one writer, runs on
-    // every core.
-    const auto* from_data = static_cast<const char*>(data);
-    std::vector<std::string> digests(static_cast<size_t>(piece_count(bytes)));
-    parallel_pieces(std::ssize(digests), [&](int64_t i) {
-      const size_t from = static_cast<size_t>(i) * kDigestPiece, count = std::min(kDigestPiece, bytes - from);
-      for (size_t done = 0; done < count;) {
-        const ssize_t n = ::pwrite(extent->fd, from_data + from + done, count - done,
-                                   static_cast<off_t>(extent->offset + from + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0)
-          fail("{}: cannot write dataset (disk full?): its bytes {}..{} of {}: {}", current_->where(name), from + done,
-               from + count, bytes, n < 0 ? std::strerror(errno) : "nothing written");
-        done += static_cast<size_t>(n);
-      }
-      digests[static_cast<size_t>(i)] = piece_digest(digests_, from_data + from, count);
-    });
-    digest = combine_piece_digests(digests_, digests);
+    digest = write_and_hash(*extent, name, static_cast<const char*>(data), bytes);
   } else {
     current_->write_dataset(name, shape, dtype, data);
     digest = tensor_digest(data, bytes, digests_);

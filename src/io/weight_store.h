@@ -166,6 +166,9 @@ class WeightWriter {
   const std::string& temp_path() const { return temp_.path(); }
 
  private:
+  // A tensor's bytes written at `extent` and hashed by piece; returns its digest.
+  std::string write_and_hash(const h5::RawExtent& extent, const std::string& name, const char* data, size_t bytes);
+
   std::string final_path_;
   DigestKind digests_;
   TempFile temp_;

@@ -143,7 +143,12 @@ TEST(Bench, ConvertTimesTheWriteAndGivesBackTheChecksum) {
   ASSERT_EQ(r.status, 0) << r.output;
   const nlohmann::json j = bench_json(r.output);
   EXPECT_TRUE(j["same_checksum"].get<bool>()) << r.output;
-  for (const char* field : {"write_s", "convert_s", "ratio"}) EXPECT_GT(j[field].get<double>(), 0.0) << field;
+  for (const char* field : {"write_s", "convert_s", "validate_s", "stream_s", "finish_s", "ratio"})
+    EXPECT_GT(j[field].get<double>(), 0.0) << field;
+  // The phases are a split of the whole, not three more timings of it.
+  EXPECT_NEAR(j["validate_s"].get<double>() + j["stream_s"].get<double>() + j["finish_s"].get<double>(),
+              j["convert_s"].get<double>(), 1e-6);
+  EXPECT_LE(j["write_only_s"].get<double>(), j["write_s"].get<double>());
   EXPECT_GT(j["file_bytes"].get<double>(), 0.9 * static_cast<double>(std::filesystem::file_size(test::tiny_model())));
   EXPECT_FALSE(std::filesystem::exists(dir / "scratch")) << "the scratch folder is removed";
 }

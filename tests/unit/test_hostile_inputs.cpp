@@ -11,6 +11,9 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
+
+#include <omp.h>
 
 #include "core/fs.h"
 #include "core/sha256.h"
@@ -279,6 +282,29 @@ TEST(HostileWeights, TheTensorDigestsAreTheDocumentedOnes) {
   EXPECT_EQ(r.output, tensor_digest(bytes.data(), bytes.size()) + "\n" + tensor_digest(big.data(), big.size()) + "\n" +
                           tensor_digest(bytes.data(), bytes.size(), DigestKind::Sha256Pieces) + "\n" +
                           tensor_digest(big.data(), big.size(), DigestKind::Sha256Pieces) + "\n");
+
+  // The writer hashes a big tensor's pieces while it writes them, on one thread or several:
+  // the digest it records is still the reference's, and the file holds the bytes.
+  std::vector<std::string> reference_digests;
+  for (std::istringstream lines(r.output); std::getline(lines, reference_digests.emplace_back());) {}
+  const int threads = omp_get_max_threads();
+  for (const int t : {1, std::max(2, threads)}) {
+    omp_set_num_threads(t);
+    const std::string path = dir / fmt::format("big-{}.h5", t);
+    {
+      WeightWriter writer(path);
+      writer.begin_component("scheduler", "");
+      writer.add_tensor("big", {static_cast<int64_t>(big.size())}, DType::U8, big.data());
+      writer.end_component();
+      writer.finish();
+    }
+    const h5::File file = h5::File::open_read(path);
+    const h5::Group group = file.root().open_group("scheduler");
+    EXPECT_EQ(group.dataset_attr_string("big", "xxh3_128_4mib"), reference_digests.at(1)) << t << " threads";
+    const Tensor back = group.read_tensor("big");
+    EXPECT_TRUE(back.nbytes() == big.size() && std::memcmp(back.raw(), big.data(), big.size()) == 0) << t << " threads";
+  }
+  omp_set_num_threads(threads);
 }
 
 // `from` as a file of weight format 2 (SHA-256 digests, attribute sha256_4mib), as an older
