@@ -1,6 +1,6 @@
 #include "app/commands.h"
 #include "app/options.h"
-#include "io/convert.h"
+#include "convert/convert.h"
 
 namespace ditbatch {
 

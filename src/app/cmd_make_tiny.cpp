@@ -1,6 +1,6 @@
 #include "app/commands.h"
 #include "app/options.h"
-#include "model/tiny_pipeline.h"
+#include "convert/tiny_pipeline.h"
 
 namespace ditbatch {
 

@@ -19,7 +19,7 @@
 #include "core/fs.h"
 #include "core/timer.h"
 #include "cpu/cpu_backend.h"
-#include "dist/world.h"
+#include "cluster/world.h"
 #include "selftest/checks.h"
 #include "selftest/op_check.h"
 #include "selftest/pipeline_check.h"

@@ -66,7 +66,7 @@ class ComponentLoader final : public WeightBinder {
 };
 
 // Where models read their tensors and files from: the weight file directly (this class), or,
-// under MPI, one reader per node that broadcasts to the node's other ranks (src/dist).
+// under MPI, one reader per node that broadcasts to the node's other ranks (src/cluster).
 class WeightReader {
  public:
   virtual ~WeightReader() = default;

@@ -1,5 +1,5 @@
 // The generate loop of one process: take the next image from a WorkSource, skip it if its PNG
-// is already complete, make it, write the PNG atomically and its manifest line. MPI (#7) only
+// is already complete, make it, write the PNG atomically and its manifest line. MPI only
 // changes the WorkSource; nothing here knows about ranks beyond a number for the records.
 #pragma once
 
@@ -18,37 +18,9 @@
 #include "pipeline/output_check.h"
 #include "pipeline/progress.h"
 #include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/work_source.h"
 
 namespace ditbatch {
-
-// Which image a process makes next (an index into the job list).
-class WorkSource {
- public:
-  virtual ~WorkSource() = default;
-  virtual std::optional<int64_t> next() = 0;
-  // Every index this source will hand out, when known up front (static shards); needed to
-  // encode all prompts before releasing the text encoder.
-  virtual std::optional<std::vector<int64_t>> planned() const = 0;
-  // Every index this source may hand out (a superset where the order is decided at run time):
-  // the schedules the transformer's conditioning at load must cover.
-  virtual std::vector<int64_t> candidates() const = 0;
-};
-
-// A fixed list of indices, in order.
-class ListWork final : public WorkSource {
- public:
-  explicit ListWork(std::vector<int64_t> indices) : indices_(std::move(indices)) {}
-  std::optional<int64_t> next() override {
-    if (pos_ >= indices_.size()) return std::nullopt;
-    return indices_[pos_++];
-  }
-  std::optional<std::vector<int64_t>> planned() const override { return indices_; }
-  std::vector<int64_t> candidates() const override { return indices_; }
-
- private:
-  std::vector<int64_t> indices_;
-  size_t pos_ = 0;
-};
 
 enum class OnSignal { Finish, Abandon };
 

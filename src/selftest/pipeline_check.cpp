@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/h5.h"
-#include "model/tiny_pipeline.h"
+#include "convert/tiny_pipeline.h"
 
 namespace ditbatch::selftest {
 

@@ -14,7 +14,7 @@
 #include <filesystem>
 
 #include "fuzz_util.h"
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/safetensors.h"
 
 using namespace ditbatch;

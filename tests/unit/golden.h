@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/h5.h"
 #include "pipeline/job.h"
 #include "selftest/pipeline_check.h"

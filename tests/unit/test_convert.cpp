@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/diffusers_export.h"
 #include "io/safetensors.h"
 #include "io/weight_store.h"

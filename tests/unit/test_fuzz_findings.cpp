@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "io/config.h"
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/manifest.h"
 #include "io/safetensors.h"
 #include "model/scheduler.h"

@@ -23,6 +23,7 @@ Default gtest filter: every CUDA test except the 16,384-token attention (too slo
 """
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -54,7 +55,11 @@ def main():
     core = os.path.abspath(args.core_build)
     build = os.path.abspath(args.build + ("-asan" if args.asan else ""))
     os.makedirs(os.path.join(build, "src"), exist_ok=True)
-    subprocess.run(["ninja", "-C", core, "ditbatch_core"], check=True)
+    # The layer libraries but the two rebuilt here from source (app, and cuda: the kernels).
+    with open(os.path.join(core, "layers.txt")) as f:
+        layer_libs = [line.split()[0] for line in f if line.strip()]
+    layer_libs = ["ditbatch_" + name for name in layer_libs if name not in ("app", "cuda")]
+    subprocess.run(["ninja", "-C", core] + layer_libs, check=True)
 
     # Compile flags: those of the CUDA test object in the core build, with our fake CUDA headers
     # in place of the toolkit's.
@@ -84,9 +89,11 @@ def main():
     libs, after_core = [], False
     link_words = next(part for part in link_line.split("&&") if "c++" in part or "g++" in part)
     for w in shlex.split(link_words):
-        if w.endswith("libditbatch_core.a"):
+        if os.path.basename(w)[3:-2] in layer_libs:
             after_core = True
             libs.append(os.path.join(core, w) if not os.path.isabs(w) else w)
+            continue
+        if re.search(r"libditbatch_\w+\.a$", w):
             continue
         if not after_core or w.startswith("-Wl,-rpath"):
             continue
@@ -127,7 +134,7 @@ def main():
         obj = os.path.join(build, "obj", os.path.basename(src) + ".o")
         n.append(f"build {obj}: cxx {src}")
         (test_objects if os.path.basename(src) in TESTS else objects).append(obj)
-    core_lib = os.path.join(core, "libditbatch_core.a")
+    core_lib = " ".join(l for l in libs if re.search(r"libditbatch_\w+\.a$", l))
     exe = os.path.join(build, "ditbatch_cuda_emulated_tests")
     n.append(f"build {exe}: link {' '.join(test_objects + objects)} | {core_lib}")
     main_obj = os.path.join(build, "obj", "main.cpp.o")

@@ -1,11 +1,11 @@
-#include "model/tiny_pipeline.h"
+#include "convert/tiny_pipeline.h"
 
 #include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "io/convert.h"
+#include "convert/convert.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_constants.h"
 #include "model/random_weights.h"

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "dist/world.h"
+#include "cluster/world.h"
 #include "pipeline/job.h"
-#include "pipeline/runner.h"
+#include "pipeline/work_source.h"
 
 namespace ditbatch {
 

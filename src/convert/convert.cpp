@@ -1,4 +1,4 @@
-#include "io/convert.h"
+#include "convert/convert.h"
 
 #include <sys/stat.h>
 

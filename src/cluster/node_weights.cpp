@@ -1,4 +1,4 @@
-#include "dist/node_weights.h"
+#include "cluster/node_weights.h"
 
 #include <cstring>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "dist/world.h"
+#include "cluster/world.h"
 
 #include <unistd.h>
 

@@ -3,7 +3,7 @@
 // 8 ranks reads a 57 GB file once, not 8 times, with memory O(largest tensor) in flight.
 #pragma once
 
-#include "dist/world.h"
+#include "cluster/world.h"
 #include "model/weights.h"
 
 namespace ditbatch {

@@ -1,4 +1,4 @@
-#include "dist/shard.h"
+#include "cluster/shard.h"
 
 #include <cstdlib>
 #include <numeric>
