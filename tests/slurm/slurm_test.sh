@@ -22,16 +22,26 @@ fail() { echo "FAIL ($case_name): $*"; exit 1; }
 
 if [ "$case_name" = lint ]; then
   if command -v shellcheck >/dev/null; then
-    shellcheck "$jobs"/*.sbatch "$here"/*.sh || fail "shellcheck"
+    shellcheck -x "$jobs"/*.sbatch "$jobs"/generate-job.sh "$here"/*.sh || fail "shellcheck"
   else
-    echo "NOTE: shellcheck is not installed (tools/install-deps.sh): checking the scripts' shared body only"
+    echo "NOTE: shellcheck is not installed (tools/install-deps.sh): checking the scripts' behaviour only"
   fi
-  # The three scripts share their body: only the header (#SBATCH lines, comments) differs.
-  body() { sed -n '/^# ---- nothing below needs editing/,$p' "$1"; }
-  for s in generate-multinode generate-array; do
-    [ -n "$(body "$jobs/$s.sbatch")" ] || fail "$s.sbatch has no body marker"
-    diff <(body "$jobs/generate.sbatch") <(body "$jobs/$s.sbatch") >/dev/null ||
-      fail "the body of jobs/$s.sbatch differs from jobs/generate.sbatch"
+  # Each generate script runs the shared body (the Slurm cases run it under sbatch, where the body
+  # is found through scontrol): a copy of the script alone fails before any work, naming what it
+  # lacks; given DITBATCH_JOBS it runs the body, whose first check is the binary.
+  lone=$(mktemp -d)
+  trap 'rm -rf "$lone"' EXIT
+  for s in generate generate-multinode generate-array; do
+    cp "$jobs/$s.sbatch" "$lone/"
+    rc=0
+    out=$(cd "$lone" && env -u DITBATCH_JOBS -u SLURM_JOB_ID bash "./$s.sbatch" 2>&1) || rc=$?
+    { [ "$rc" -eq 2 ] && grep -q "generate-job.sh (the body of this job) is neither beside" <<<"$out"; } ||
+      fail "$s.sbatch alone: exit $rc, expected 2 and the missing body named: $out"
+    rc=0
+    out=$(cd "$lone" && env -u SLURM_JOB_ID DITBATCH_JOBS="$jobs" DITBATCH_BIN="$lone/no-such-ditbatch" \
+      bash "./$s.sbatch" 2>&1) || rc=$?
+    { [ "$rc" -eq 2 ] && grep -q "DITBATCH_BIN=$lone/no-such-ditbatch: not found" <<<"$out"; } ||
+      fail "$s.sbatch with DITBATCH_JOBS: exit $rc, expected the body's check of DITBATCH_BIN: $out"
   done
   for s in "$jobs"/generate*.sbatch; do
     grep -q '^#SBATCH --signal=B:USR1@' "$s" || fail "$s: no --signal=B:USR1@"
