@@ -121,9 +121,11 @@ void check_cpu_run(const WeightStore& weights, const std::vector<ImageJob>& jobs
 
 // Everything the user wrote, checked by rank 0 before any weight is read: the job list (and the
 // LoRA set, every file read and checked against the transformer, as JSON; and what the folder's
-// manifest says of each image, read once here for the whole start).
+// manifest says of each image, read once here for the whole start). The weight file is opened
+// into `weights`, which the rest of the run uses.
 std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& world, const Log& log,
-                                     std::string& loras_json, PreviousImages& previous) {
+                                     std::string& loras_json, PreviousImages& previous,
+                                     std::optional<WeightStore>& weight_file) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
@@ -143,7 +145,7 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
   }
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   ArraySlice::resolve(o.array_index, o.array_count);
-  const WeightStore weights = WeightStore::open(o.weights_path);  // a wrong or missing file fails here, once
+  const WeightStore& weights = weight_file.emplace(WeightStore::open(o.weights_path));  // a wrong file fails here
   QwenImagePipeline::check_configs(weights);
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
@@ -168,13 +170,14 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
 // --verify-outputs: every rank hashes its share of the slice's listed images (a million PNGs
 // are terabytes to read); every rank learns which ones changed in place, to make them again.
 std::set<int64_t> verify_outputs(const GenerateOptions& o, const std::vector<ImageJob>& jobs, const ArraySlice& slice,
-                                 const LoraSet& loras, const World& world, const Log& log) {
+                                 const LoraSet& loras, std::optional<WeightStore>& weights, const World& world,
+                                 const Log& log) {
   Stopwatch watch;
   const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
   const auto [b, e] = contiguous_range(hi - lo, world.size(), world.rank());
   std::string found = "[]", error;
   try {
-    const WeightStore store = WeightStore::open(o.weights_path);
+    const WeightStore& store = weights ? *weights : weights.emplace(WeightStore::open(o.weights_path));
     const ResumeKey key{store.checksum(), o.max_sequence_length, o.run.write_latents, denoiser_setup(o, store, loras),
                         o.layout.tar_size()};
     found = nlohmann::json(outputs_changed_in_place(o.run.out_dir, jobs, lo + b, lo + e, key, log)).dump();
@@ -435,10 +438,11 @@ int cmd_generate(const std::vector<std::string>& args) {
   for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
   std::string loras_json, error;
   std::vector<ImageJob> jobs;
-  PreviousImages previous;  // rank 0's
+  PreviousImages previous;                // rank 0's
+  std::optional<WeightStore> weight_file;  // opened once per rank: by the check on rank 0, else when first needed
   if (world.rank() == 0) {
     try {
-      jobs = validate_input(o, world, log, loras_json, previous);
+      jobs = validate_input(o, world, log, loras_json, previous, weight_file);
     } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
       error = e.what();
       if (error.empty()) error = "checking the input failed";
@@ -456,7 +460,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
   const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
-  if (o.verify_outputs && !o.run.overwrite) o.run.remake = verify_outputs(o, jobs, slice, loras, world, log);
+  if (o.verify_outputs && !o.run.overwrite) o.run.remake = verify_outputs(o, jobs, slice, loras, weight_file, world, log);
   int64_t remaining = 0;
   std::vector<uint8_t> complete;       // per job index, rank 0's, from the scan made at validation
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
@@ -535,7 +539,8 @@ int cmd_generate(const std::vector<std::string>& args) {
              failure);
       log.info("{}: the quick op cases agree with the CPU ({:.1f} s)", backend->name(), check.seconds());
     }
-    WeightStore weights = WeightStore::open(o.weights_path);
+    if (!weight_file) weight_file.emplace(WeightStore::open(o.weights_path));
+    WeightStore& weights = *weight_file;
     if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
       int64_t width = 0, height = 0;
       for (const ImageJob& job : jobs)
@@ -568,12 +573,14 @@ int cmd_generate(const std::vector<std::string>& args) {
     report.seconds = summary.seconds;
     report.weight_bytes = h5::dataset_bytes_read() - read_before;
     report.lora_bytes = safetensors_bytes_read() - lora_read_before;
+    log.debug("{}: opened {} time(s) by this rank", o.weights_path, WeightStore::times_opened());
   } catch (const std::exception& e) {
     if (world.size() == 1) throw;  // one process: the usual error line and exit status
     log.error("fatal: {}", e.what());
     log.flush();
     world.abort(dynamic_cast<const InputError*>(&e) ? 2 : 1);
   }
+  weight_file.reset();  // the file's mapping, before the merge and the report
 
   // ---- gather: rank 0 merges the manifest and prints the summary ----
   std::vector<std::string> reports = world.gather(report_to_json(report), 0);

@@ -284,7 +284,14 @@ WeightAccess default_weight_access() {
   return no_mmap && *no_mmap && std::string_view(no_mmap) != "0" ? WeightAccess::Read : WeightAccess::Mapped;
 }
 
+namespace {
+std::atomic<int64_t> g_weight_stores_opened{0};
+}  // namespace
+
+int64_t WeightStore::times_opened() { return g_weight_stores_opened; }
+
 WeightStore WeightStore::open(const std::string& path, WeightAccess access) {
+  ++g_weight_stores_opened;
   WeightStore store;
   store.file_ = std::make_shared<h5::File>(h5::File::open_read(path));
   store.root_ = store.file_->root();

@@ -114,6 +114,9 @@ class WeightStore {
  public:
   // Opens and validates (HDF5, format version); clear errors otherwise.
   static WeightStore open(const std::string& path, WeightAccess access = default_weight_access());
+  // How many times this process has opened a weight file (each open reads and checks all its
+  // metadata: a run opens it once per process).
+  static int64_t times_opened();
   const std::string& path() const { return path_; }
   bool has_component(const std::string& name) const;
   Component component(const std::string& name) const;  // missing: lists those present

@@ -201,7 +201,8 @@ PY
     ;;
   weights-once)
     # 3 ranks on one node: bytes read from the weight file total about 1x the file.
-    gen 3 "$work/out" --prompts "$prompts" --log-dir "$work/logs" > "$work/log" 2>&1 || { cat "$work/log"; fail "run"; }
+    gen 3 "$work/out" --prompts "$prompts" --log-dir "$work/logs" --log-level debug > "$work/log" 2>&1 ||
+      { cat "$work/log"; fail "run"; }
     model_bytes=$(stat -c %s "$model")
     total=$(grep -o 'weights read from [^:]*: [0-9.]* MB in all' "$work/log" | grep -o '[0-9.]* MB' | grep -o '[0-9.]*')
     python3 -c "
@@ -211,6 +212,11 @@ assert 0.9 * size <= total <= 1.2 * size, 'weights were not read once per node'
 "
     [ "$(ls "$work/logs" | wc -l)" = 3 ] || fail "expected one log file per rank"
     grep -q "\[rank 2/3\]" "$work/logs/rank-00002.log" || fail "rank 2's log lacks its prefix"
+    # Each rank opens the file once (rank 0: its input check, then the run).
+    for r in 0 1 2; do
+      grep -q "opened 1 time(s) by this rank" "$work/logs/rank-0000$r.log" ||
+        { cat "$work/logs/rank-0000$r.log"; fail "rank $r opened the weight file more than once"; }
+    done
     # Over TCP (as between nodes) the broadcast's socket reads are not weight reads: the other
     # ranks still read nothing from the file (counted as process reads, they showed ~53 MB each).
     OMPI_MCA_btl=self,tcp gen 3 "$work/tcp" --prompts "$prompts" > "$work/tcp.log" 2>&1 || { cat "$work/tcp.log"; fail "tcp run"; }
