@@ -265,16 +265,12 @@ std::pair<Tensor, Tensor> QwenImageTransformer::forward_cfg(const Tensor& latent
 Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h,
                                              int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
   const TransformerConfig& c = config_;
-  const int64_t B = static_cast<int64_t>(texts.size()), S = h * w, D = c.inner_dim(), H = c.num_attention_heads,
-                Dh = c.attention_head_dim;
+  const int64_t B = static_cast<int64_t>(texts.size()), S = h * w, D = c.inner_dim(), Dh = c.attention_head_dim;
   DITBATCH_CHECK(B == 1 || B == 2, "transformer: {} samples in one forward (1, or 2 for true CFG)", B);
   DITBATCH_CHECK(latents.rank() == 2 && latents.dim(0) == S && latents.dim(1) == c.in_channels,
                  "transformer: latents {} for a {}x{} grid (expected [{}, {}])", latents.describe(), h, w, S,
                  c.in_channels);
-  // Per sample b: L[b] text tokens of which Lv[b] are real, at rows [t_row[b], t_row[b] + L[b])
-  // of the text stream (the samples' texts stacked).
-  std::array<int64_t, 2> L{}, Lv{}, t_row{};
-  int64_t L_all = 0;
+  std::array<int64_t, 2> L{}, Lv{};  // per sample: text tokens, of which the first Lv are real
   for (int64_t b = 0; b < B; ++b) {
     const Tensor& text = *texts[static_cast<size_t>(b)].embeds;
     const int64_t valid = texts[static_cast<size_t>(b)].valid;
@@ -283,8 +279,6 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
                    c.joint_attention_dim);
     L[b] = text.dim(0);
     Lv[b] = valid;
-    t_row[b] = L_all;
-    L_all += L[b];
   }
   DITBATCH_CHECK(cond.img_mod.size() == w_.blocks.size(), "transformer: conditioning for {} blocks, model has {}",
                  cond.img_mod.size(), w_.blocks.size());
@@ -292,100 +286,119 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   const int64_t L_max = std::max(L[0], L[1]);
   if (std::max(h, w) / 2 + L_max > 4096 || (std::max(h, w) + 1) / 2 > 4096)
     fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L_max);
+  const size_t n_blocks = w_.blocks.size();
+  DITBATCH_CHECK(n_blocks > 0, "transformer: no blocks (num_layers must be at least 1)");
 
-  // The joint sequences, text first as in diffusers: sample 0 is [text 0; image 0]. Sample 1 is
-  // stored the other way round, [image 1; text 1] (attention does not depend on the order of
-  // its keys, nor a query's result on where the row sits), right after sample 0, so that the
-  // image rows of both samples are adjacent: one GEMM, one norm+RoPE for all of them.
-  // Q holds every text token, K and V only the real ones (the masked softmax).
-  const int64_t q_img = L[0], kv_img = Lv[0];                      // first image row in Q, in K/V
-  const std::array<int64_t, 2> q_txt{0, L[0] + B * S}, kv_txt{0, Lv[0] + B * S};  // sample b's text
-  const std::array<int64_t, 2> q_start{0, L[0] + S}, kv_start{0, Lv[0] + S};      // sample b's joint block
-  const int64_t q_rows = L_all + B * S, kv_rows = Lv[0] + Lv[1] + B * S;
-
+  const JointRows rows(B, S, L, Lv);
   const RopeTables img_rope = rope_tables(RopeKind::Image, h, w, B);  // [B * S, Dh/2]
   std::array<RopeTables, 2> txt_rope;
   for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, h, w, L[b]);
+  const JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)))};
 
-  Tensor x = w_.img_in(be_, latents, DType::F32);  // [S, D] residual, f32
-  Tensor text_all = *texts[0].embeds;              // [L_all, J]
+  Streams residual;
+  residual.image = w_.img_in(be_, latents, DType::F32);  // [S, D], f32
+  Tensor text_all = *texts[0].embeds;                    // [L_all, J]
   if (B == 2) {
-    Tensor x_both = be_.empty({B * S, D}, DType::F32);  // [2S, D]: both samples start from the same latents
-    be_.copy_rows_(x_both, 0, x);
-    be_.copy_rows_(x_both, S, x);
-    x = x_both;
-    text_all = be_.empty({L_all, c.joint_attention_dim}, texts[0].embeds->dtype());
-    for (int64_t b = 0; b < B; ++b) be_.copy_rows_(text_all, t_row[b], *texts[static_cast<size_t>(b)].embeds);
+    Tensor both = be_.empty({B * S, D}, DType::F32);  // [2S, D]: both samples start from the same latents
+    be_.copy_rows_(both, 0, residual.image);
+    be_.copy_rows_(both, S, residual.image);
+    residual.image = both;
+    text_all = be_.empty({rows.text_rows, c.joint_attention_dim}, texts[0].embeds->dtype());
+    for (int64_t b = 0; b < B; ++b) be_.copy_rows_(text_all, rows.text_row[b], *texts[static_cast<size_t>(b)].embeds);
   }
-  Tensor c_stream = w_.txt_in(be_, be_.rms_norm(text_all, w_.txt_norm, c.eps), DType::F32);  // [L_all, D]
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  residual.text = w_.txt_in(be_, be_.rms_norm(text_all, w_.txt_norm, c.eps), DType::F32);  // [L_all, D]
 
-  const size_t n_blocks = w_.blocks.size();
-  DITBATCH_CHECK(n_blocks > 0, "transformer: no blocks (num_layers must be at least 1)");
   auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
-  // Each block's first LayerNorm + modulation; for blocks after the first it is fused with
-  // the previous block's last residual add (gated_add_layer_norm_modulate_).
-  Tensor xm = be_.layer_norm_modulate(x, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps);         // [B*S, D]
-  Tensor cm = be_.layer_norm_modulate(c_stream, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps);  // [L_all, D]
-  Tensor final_in;  // LN(x) modulated by norm_out, made by the last block's fused add
-
+  // The first block's img_norm1/txt_norm1 + mod1; each later one's is made by the seam before it.
+  Streams modulated{
+      be_.layer_norm_modulate(residual.image, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps),
+      be_.layer_norm_modulate(residual.text, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps)};
   for (size_t i = 0; i < n_blocks; ++i) {
-    const Block& blk = w_.blocks[i];
-    const Tensor& im = cond.img_mod[i];  // [6, D]
-    const Tensor& tm = cond.txt_mod[i];
-
-    // ---- joint attention: per-head RMSNorm + RoPE written straight into the joint Q and K,
-    // V projected straight into the joint V ----
-    Tensor q = be_.empty({q_rows, D}, be_.act_dtype());   // [L_all + B*S, D]
-    Tensor k = be_.empty({kv_rows, D}, be_.act_dtype());  // [Lv_all + B*S, D]
-    Tensor v = be_.empty({kv_rows, D}, be_.act_dtype());
-    const Tensor text_q = blk.add_q_proj(be_, cm);  // [L_all, D]
-    const Tensor text_k = blk.add_k_proj(be_, cm);
-    for (int64_t b = 0; b < B; ++b) {
-      const RopeTables& tr = txt_rope[b];
-      be_.rms_norm_rope_into_(q, q_txt[b], text_q.slice0(t_row[b], t_row[b] + L[b]), blk.norm_added_q, tr.cos,
-                              tr.sin, c.eps);
-      be_.rms_norm_rope_into_(k, kv_txt[b], text_k.slice0(t_row[b], t_row[b] + Lv[b]), blk.norm_added_k,
-                              tr.cos.slice0(0, Lv[b]), tr.sin.slice0(0, Lv[b]), c.eps);
-      blk.add_v_proj.into(be_, v, kv_txt[b], cm.slice0(t_row[b], t_row[b] + Lv[b]));
-    }
-    be_.rms_norm_rope_into_(q, q_img, blk.to_q(be_, xm), blk.norm_q, img_rope.cos, img_rope.sin, c.eps);
-    be_.rms_norm_rope_into_(k, kv_img, blk.to_k(be_, xm), blk.norm_k, img_rope.cos, img_rope.sin, c.eps);
-    blk.to_v.into(be_, v, kv_img, xm);
-
-    // The attention output is laid out as Q: the image rows of both samples stay adjacent.
-    Tensor o = be_.empty({q_rows, D}, be_.act_dtype());  // [L_all + B*S, D]
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t lq = L[b] + S, lk = Lv[b] + S;
-      be_.attention_into_(o, q_start[b], q.slice0(q_start[b], q_start[b] + lq).view({lq, H, Dh}),
-                          k.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}),
-                          v.slice0(kv_start[b], kv_start[b] + lk).view({lk, H, Dh}), scale, false);
-    }
-    Tensor attn_img = blk.to_out(be_, o.slice0(q_img, q_img + B * S), DType::F32);  // [B*S, D]
-    Tensor attn_txt = be_.empty({L_all, D}, DType::F32);                            // [L_all, D]
-    for (int64_t b = 0; b < B; ++b) blk.to_add_out.into(be_, attn_txt, t_row[b], o.slice0(q_txt[b], q_txt[b] + L[b]));
-
-    // ---- feed-forward (tanh-GELU), each stream with its own weights ----
-    Tensor x_ff = be_.gated_add_layer_norm_modulate_(x, chunk(im, 2), attn_img, chunk(im, 3), chunk(im, 4), c.eps);
-    Tensor c_ff =
-        be_.gated_add_layer_norm_modulate_(c_stream, chunk(tm, 2), attn_txt, chunk(tm, 3), chunk(tm, 4), c.eps);
-    Tensor img_ff = blk.img_mlp_out(be_, blk.img_mlp_in.gelu(be_, x_ff), DType::F32);  // [B*S, D]
-    Tensor txt_ff = blk.txt_mlp_out(be_, blk.txt_mlp_in.gelu(be_, c_ff), DType::F32);  // [L_all, D]
+    Seam next;
     if (i + 1 < n_blocks) {
-      const Tensor& next_im = cond.img_mod[i + 1];
-      const Tensor& next_tm = cond.txt_mod[i + 1];
-      xm = be_.gated_add_layer_norm_modulate_(x, chunk(im, 5), img_ff, chunk(next_im, 0), chunk(next_im, 1), c.eps);
-      cm = be_.gated_add_layer_norm_modulate_(c_stream, chunk(tm, 5), txt_ff, chunk(next_tm, 0), chunk(next_tm, 1),
-                                              c.eps);
-    } else {
-      // norm_out: AdaLayerNormContinuous with scale as the FIRST chunk.
-      final_in = be_.gated_add_layer_norm_modulate_(x, chunk(im, 5), img_ff, cond.norm_out.slice0(1, 2).view({D}),
-                                                    cond.norm_out.slice0(0, 1).view({D}), c.eps);
-      be_.gated_add_(c_stream, chunk(tm, 5), txt_ff);  // only the hook still looks at the text stream
+      next = {chunk(cond.img_mod[i + 1], 0), chunk(cond.img_mod[i + 1], 1),
+              std::pair{chunk(cond.txt_mod[i + 1], 0), chunk(cond.txt_mod[i + 1], 1)}};
+    } else {  // norm_out: AdaLayerNormContinuous, with scale as the FIRST chunk
+      next = {cond.norm_out.slice0(1, 2).view({D}), cond.norm_out.slice0(0, 1).view({D}), std::nullopt};
     }
-    if (hook) hook(static_cast<int64_t>(i), c_stream, x);
+    modulated = w_.blocks[i].forward(be_, c, residual, modulated, cond.img_mod[i], cond.txt_mod[i], joint, next);
+    if (hook) hook(static_cast<int64_t>(i), residual.text, residual.image);
   }
-  return w_.proj_out(be_, final_in, DType::F32);  // [B*S, 64]
+  return w_.proj_out(be_, modulated.image, DType::F32);  // [B*S, 64]
+}
+
+QwenImageTransformer::Streams QwenImageTransformer::Block::forward(Backend& be, const TransformerConfig& c,
+                                                                   Streams& residual, const Streams& modulated,
+                                                                   const Tensor& img_mod_params,
+                                                                   const Tensor& txt_mod_params,
+                                                                   const JointContext& joint, const Seam& next) const {
+  const int64_t D = c.inner_dim();
+  auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
+  const Tensor &im = img_mod_params, &tm = txt_mod_params;
+  const Streams attn = attention(be, c, modulated, joint);
+  // hidden_states += gate1 * attn, then img_norm2 + mod2: one pass over each residual stream.
+  const Streams ff_in{
+      be.gated_add_layer_norm_modulate_(residual.image, chunk(im, 2), attn.image, chunk(im, 3), chunk(im, 4), c.eps),
+      be.gated_add_layer_norm_modulate_(residual.text, chunk(tm, 2), attn.text, chunk(tm, 3), chunk(tm, 4), c.eps)};
+  const Streams ff = feed_forward(be, ff_in);
+  // hidden_states += gate2 * mlp, and across the seam the next LayerNorm + modulation, in the
+  // same pass.
+  Streams out;
+  out.image = be.gated_add_layer_norm_modulate_(residual.image, chunk(im, 5), ff.image, next.image_shift,
+                                                next.image_scale, c.eps);
+  if (next.text)
+    out.text = be.gated_add_layer_norm_modulate_(residual.text, chunk(tm, 5), ff.text, next.text->first,
+                                                 next.text->second, c.eps);
+  else
+    be.gated_add_(residual.text, chunk(tm, 5), ff.text);
+  return out;
+}
+
+QwenImageTransformer::Streams QwenImageTransformer::Block::attention(Backend& be, const TransformerConfig& c,
+                                                                     const Streams& modulated,
+                                                                     const JointContext& joint) const {
+  const JointRows& r = joint.rows;
+  const int64_t D = c.inner_dim(), H = c.num_attention_heads, Dh = c.attention_head_dim;
+  // Per-head RMSNorm + RoPE written straight into the joint Q and K, V projected straight into
+  // the joint V.
+  Tensor q = be.empty({r.q_rows, D}, be.act_dtype());   // [L_all + B*S, D]
+  Tensor k = be.empty({r.kv_rows, D}, be.act_dtype());  // [Lv_all + B*S, D]
+  Tensor v = be.empty({r.kv_rows, D}, be.act_dtype());
+  const Tensor text_q = add_q_proj(be, modulated.text);  // [L_all, D]
+  const Tensor text_k = add_k_proj(be, modulated.text);
+  for (int64_t b = 0; b < r.samples; ++b) {
+    const RopeTables& rope = joint.text_rope[b];
+    const int64_t row = r.text_row[b];
+    be.rms_norm_rope_into_(q, r.q_text[b], text_q.slice0(row, row + r.text[b]), norm_added_q, rope.cos, rope.sin,
+                           c.eps);
+    be.rms_norm_rope_into_(k, r.kv_text[b], text_k.slice0(row, row + r.valid[b]), norm_added_k,
+                           rope.cos.slice0(0, r.valid[b]), rope.sin.slice0(0, r.valid[b]), c.eps);
+    add_v_proj.into(be, v, r.kv_text[b], modulated.text.slice0(row, row + r.valid[b]));
+  }
+  const RopeTables& image_rope = joint.image_rope;
+  be.rms_norm_rope_into_(q, r.q_image, to_q(be, modulated.image), norm_q, image_rope.cos, image_rope.sin, c.eps);
+  be.rms_norm_rope_into_(k, r.kv_image, to_k(be, modulated.image), norm_k, image_rope.cos, image_rope.sin, c.eps);
+  to_v.into(be, v, r.kv_image, modulated.image);
+
+  // The attention output is laid out as Q: the image rows of both samples stay adjacent.
+  Tensor o = be.empty({r.q_rows, D}, be.act_dtype());  // [L_all + B*S, D]
+  for (int64_t b = 0; b < r.samples; ++b) {
+    const int64_t lq = r.q_length(b), lk = r.kv_length(b);
+    be.attention_into_(o, r.q_start[b], q.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}),
+                       k.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}),
+                       v.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}), joint.scale, false);
+  }
+  Streams out;
+  out.image = to_out(be, o.slice0(r.q_image, r.q_image + r.samples * r.image), DType::F32);  // [B*S, D]
+  out.text = be.empty({r.text_rows, D}, DType::F32);                                         // [L_all, D]
+  for (int64_t b = 0; b < r.samples; ++b)
+    to_add_out.into(be, out.text, r.text_row[b], o.slice0(r.q_text[b], r.q_text[b] + r.text[b]));
+  return out;
+}
+
+QwenImageTransformer::Streams QwenImageTransformer::Block::feed_forward(Backend& be, const Streams& modulated) const {
+  return {img_mlp_out(be, img_mlp_in.gelu(be, modulated.image), DType::F32),   // [B*S, D]
+          txt_mlp_out(be, txt_mlp_in.gelu(be, modulated.text), DType::F32)};  // [L_all, D]
 }
 
 double QwenImageTransformer::forward_flops(const TransformerConfig& c, int64_t S, int64_t L) {

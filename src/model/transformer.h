@@ -1,14 +1,17 @@
 // QwenImageTransformer2DModel (the MMDiT), as diffusers computes it: spec qwen-image.md §4.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "core/backend.h"
 #include "io/weight_store.h"
+#include "model/joint_rows.h"
 #include "model/weights.h"
 
 namespace ditbatch {
@@ -92,11 +95,49 @@ class QwenImageTransformer {
   static double forward_flops(const TransformerConfig& config, int64_t image_tokens, int64_t text_tokens);
 
  private:
+  // cos/sin tables [tokens, Dh/2] (§4.5), built once and kept: every step and both CFG passes
+  // reuse them. Image: the h x w grid, repeated `count` times (a CFG batch's image rows);
+  // text: `count` tokens placed after an h x w grid.
+  struct RopeTables {
+    Tensor cos, sin;
+  };
+  // What every block of one forward reads: the rows of the joint sequences, their RoPE tables
+  // (the image rows of all samples; each sample's text), the attention scale.
+  struct JointContext {
+    const JointRows& rows;
+    const RopeTables& image_rope;
+    const std::array<RopeTables, 2>& text_rope;
+    float scale;
+  };
+  // The two streams of the MMDiT: image [B*S, D] and text [L_all, D]; f32 as residuals, in the
+  // act dtype once normalised and modulated.
+  struct Streams {
+    Tensor image, text;
+  };
+  // Past a block's last residual add, the LayerNorm + modulation that comes next, fused into that
+  // add: the next block's img_norm1/txt_norm1 with its mod1 (shift, scale), or, after the last
+  // block, norm_out for the image stream alone (no text: only a hook reads that stream then).
+  struct Seam {
+    Tensor image_shift, image_scale;
+    std::optional<std::pair<Tensor, Tensor>> text;  // shift, scale
+  };
   struct Block {
     Linear img_mod, txt_mod;
     Linear to_q, to_k, to_v, add_q_proj, add_k_proj, add_v_proj, to_out, to_add_out;
     Tensor norm_q, norm_k, norm_added_q, norm_added_k;
     Linear img_mlp_in, img_mlp_out, txt_mlp_in, txt_mlp_out;
+
+    // diffusers' QwenImageTransformerBlock.forward. `modulated`: this block's img_norm1/txt_norm1
+    // + mod1, made at the seam before it; img_mod / txt_mod [6, D]: shift1, scale1, gate1, shift2,
+    // scale2, gate2. Updates the residual streams; returns what the seam after it makes.
+    Streams forward(Backend& be, const TransformerConfig& c, Streams& residual, const Streams& modulated,
+                    const Tensor& img_mod_params, const Tensor& txt_mod_params, const JointContext& joint,
+                    const Seam& next) const;
+    // attn (QwenDoubleStreamAttnProcessor2_0): the joint attention -> {to_out, to_add_out} (f32).
+    Streams attention(Backend& be, const TransformerConfig& c, const Streams& modulated,
+                      const JointContext& joint) const;
+    // img_mlp / txt_mlp (tanh-GELU), each stream with its own weights -> f32.
+    Streams feed_forward(Backend& be, const Streams& modulated) const;
   };
   struct Weights {
     Linear img_in, txt_in, time_linear_1, time_linear_2, norm_out_linear, proj_out;
@@ -118,12 +159,6 @@ class QwenImageTransformer {
   // forward() of one sample, or of two sharing latents and conditioning -> [samples * S, 64].
   Tensor forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h, int64_t w,
                          const TimestepConditioning& cond, const BlockHook& hook);
-  // cos/sin tables [tokens, Dh/2] (§4.5), built once and kept: every step and both CFG passes
-  // reuse them. Image: the h x w grid, repeated `count` times (a CFG batch's image rows);
-  // text: `count` tokens placed after an h x w grid.
-  struct RopeTables {
-    Tensor cos, sin;
-  };
   enum class RopeKind { Image, Text };
   RopeTables rope_tables(RopeKind kind, int64_t h, int64_t w, int64_t count);
   std::map<std::tuple<RopeKind, int64_t, int64_t, int64_t>, RopeTables> rope_cache_;
