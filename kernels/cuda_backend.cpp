@@ -416,6 +416,7 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return fmt::format("cuda:{}", impl_->opt.device); }
 DType CudaBackend::act_dtype() const { return impl_->opt.act_dtype; }
+DType CudaBackend::weight_dtype() const { return impl_->opt.act_dtype; }
 const CudaBackendOptions& CudaBackend::options() const { return impl_->opt; }
 void CudaBackend::set_attention_path(CudaAttentionPath path) { impl_->opt.attention = path; }
 void CudaBackend::set_conv_path(CudaConvPath path) { impl_->opt.conv = path; }
@@ -482,7 +483,7 @@ Tensor CudaBackend::upload(const Tensor& host, DType dtype) {
 }
 
 Tensor CudaBackend::upload_weight(const Tensor& host) {
-  const DType dtype = impl_->opt.act_dtype;
+  const DType dtype = weight_dtype();
   check_upload(host, dtype);
   Tensor out = impl_->alloc(host.shape(), dtype, "upload_weight", /*exact=*/true);
   impl_->copy_from_host(host.raw(), host.dtype(), out.raw(), dtype, host.numel());

@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   Device device() const override { return Device::Cuda; }
   DType act_dtype() const override;
+  DType weight_dtype() const override;  // the act dtype: bf16 weights with bf16 activations, f32 with f32
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host, DType dtype) override;

@@ -263,7 +263,7 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   WeightBinder& weights = random ? static_cast<WeightBinder&>(*random) : *binder;
   const std::vector<float> distinct = distinct_model_times(times);
   const bool at_load = QwenImageTransformer::conditioning_at_load_pays(config, std::ssize(distinct),
-                                                                        dtype_size(be.act_dtype()));
+                                                                        dtype_size(be.weight_dtype()));
   model = at_load ? std::make_unique<QwenImageTransformer>(be, config, weights, times)
                   : std::make_unique<QwenImageTransformer>(be, config, weights);
   be.synchronize();

@@ -546,7 +546,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       for (const ImageJob& job : jobs)
         if (job.width * job.height > width * height) width = job.width, height = job.height;
       const int64_t timesteps = std::ssize(conditioning_timesteps(chosen_scheduler(o, weights), jobs));
-      const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->act_dtype()), width, height,
+      const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->weight_dtype()), width, height,
                                                        o.max_sequence_length, timesteps);
       check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
       log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),

@@ -4,8 +4,8 @@
 // Conventions (all backends):
 // - Tensors are dense row-major. "Rows" means all leading dims flattened, the last dim is the
 //   feature dim. Linear weights are stored [out, in] as in torch (y = x W^T + b).
-// - Activations use act_dtype(); residual streams ask for F32 explicitly. Weights use the
-//   dtype that upload_weight() chooses (F32 on the CPU, BF16 on a GPU).
+// - Activations use act_dtype(); residual streams ask for F32 explicitly. Weights use
+//   weight_dtype(), which upload_weight() converts to (F32 on the CPU, BF16 on a GPU).
 // - Ops ending in '_' update their first argument in place; the others return new tensors.
 // - Every op checks its shapes and fails with the op name and the shapes it got.
 #pragma once
@@ -23,6 +23,7 @@ class Backend {
   virtual std::string name() const = 0;        // "cpu", "cuda:0"
   virtual Device device() const = 0;
   virtual DType act_dtype() const = 0;          // activations between ops
+  virtual DType weight_dtype() const = 0;       // what upload_weight() stores weights in
 
   // ---- memory ----
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;

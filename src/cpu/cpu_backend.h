@@ -16,6 +16,7 @@ class CpuBackend : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::Host; }
   DType act_dtype() const override { return DType::F32; }
+  DType weight_dtype() const override { return DType::F32; }
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host, DType dtype) override;

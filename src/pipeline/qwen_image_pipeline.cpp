@@ -108,7 +108,7 @@ void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<Image
   const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
   const TransformerConfig config = TransformerConfig::from(dit.config());
   const std::vector<float> times = jobs ? conditioning_timesteps(scheduler_, *jobs) : std::vector<float>{};
-  const size_t weight_size = dtype_size(be_.act_dtype());  // the backend's weight dtype
+  const size_t weight_size = dtype_size(be_.weight_dtype());
   const int64_t count = std::ssize(times);
   // The LoRAs go in as each weight is read, before the conditioning at load uses img_mod / txt_mod.
   const std::unique_ptr<WeightBinder> file_binder = reader_->binder(dit);

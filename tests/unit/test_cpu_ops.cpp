@@ -41,6 +41,18 @@ INSTANTIATE_TEST_SUITE_P(AllOps, CpuShapeMistakes, ::testing::Range<size_t>(0, s
                            return selftest::all_shape_mistakes()[info.param].name;
                          });
 
+// The CPU keeps weights in f32, its one compute dtype: a bf16 tensor is widened once, at upload.
+TEST(CpuOps, WeightsAreStoredInTheWeightDtype) {
+  CpuBackend be;
+  EXPECT_EQ(be.weight_dtype(), DType::F32);
+  const Tensor f32 = test::random_tensor({8, 16}, 631);
+  Tensor host = Tensor::host(f32.shape(), DType::BF16);
+  convert_from_f32(f32.data<float>(), host.raw(), DType::BF16, f32.numel());
+  const Tensor w = be.upload_weight(host);
+  EXPECT_EQ(w.dtype(), be.weight_dtype());
+  for (int64_t i = 0; i < host.numel(); ++i) ASSERT_EQ(w.data<float>()[i], host.to_f32().data<float>()[i]) << i;
+}
+
 TEST(CpuOps, CountNonfiniteFindsThePlantedValues) {
   CpuBackend be;
   for (const auto& c : selftest::nonfinite_cases()) EXPECT_EQ(be.count_nonfinite(c.host), c.expected) << c.name;

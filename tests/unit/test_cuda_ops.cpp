@@ -17,6 +17,7 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -239,6 +240,30 @@ TEST(CudaDtypes, TheModelsCombinations) {
   Tensor expect16 = selftest::round_bf16(xf);
   cpu.add_(expect16, selftest::round_bf16(y));
   EXPECT_LE(test::nmse(be->to_host_f32(a16), expect16), 1e-5);
+}
+
+// A weight is stored in the backend's weight dtype, whatever the host tensor's (a bf16 file's
+// tensors go up as bf16, an f32 one's are converted): what the memory plan counts.
+TEST(CudaDtypes, WeightsAreStoredInTheWeightDtype) {
+  SKIP_WITHOUT_GPU();
+  const auto as_bf16 = [](const Tensor& f32) {
+    Tensor t = Tensor::host(f32.shape(), DType::BF16);
+    convert_from_f32(f32.data<float>(), t.raw(), DType::BF16, f32.numel());
+    return t;
+  };
+  const Tensor host = test::random_tensor({8, 16}, 631);
+  for (DType mode : {DType::BF16, DType::F32}) {
+    auto be = make_backend(mode);
+    EXPECT_EQ(be->weight_dtype(), mode) << dtype_name(mode);
+    for (const Tensor& from : {host, as_bf16(host)}) {
+      const Tensor w = be->upload_weight(from);
+      EXPECT_EQ(w.dtype(), be->weight_dtype()) << dtype_name(mode) << " from " << dtype_name(from.dtype());
+      const Tensor expected = (mode == DType::BF16 ? as_bf16(from.to_f32()) : from).to_f32();
+      const Tensor back = be->to_host_f32(w);
+      EXPECT_EQ(std::memcmp(back.raw(), expected.raw(), expected.nbytes()), 0)
+          << dtype_name(mode) << " from " << dtype_name(from.dtype());
+    }
+  }
 }
 
 TEST(CudaDtypes, UnsupportedCombinationsFailNamingTheOp) {

@@ -133,7 +133,7 @@ TEST_P(CudaGolden, ConditioningAtLoad) {
   ComponentLoader loader(component);
   QwenImageTransformer at_load(*be, config, loader, {0.9375f, 0.25f});
   const size_t at_load_bytes = be->stats().bytes_in_use - before - loaded_bytes;
-  const int64_t saved = QwenImageTransformer::conditioning_weight_bytes(config, dtype_size(be->act_dtype())) -
+  const int64_t saved = QwenImageTransformer::conditioning_weight_bytes(config, dtype_size(be->weight_dtype())) -
                         QwenImageTransformer::conditioning_bytes(config, 2);
   // what the weight dtype's count says, within the f32 biases (~2 %) and the allocator's rounding
   const double measured = static_cast<double>(loaded_bytes) - static_cast<double>(at_load_bytes);
