@@ -6,11 +6,11 @@
 //   linear       x f32|bf16 (converted to w's dtype), w f32|bf16, bias any float, out f32|bf16
 //   conv2d_3x3   x f32|bf16, w f32|bf16, bias any float -> act dtype
 //   attention    q, k, v one dtype f32|bf16 -> that dtype
-//   rms_norm, layer_norm_modulate, l2_norm_scale: inputs f32|bf16 in any mix -> act dtype
+//   rms_norm, layer_norm_modulate, l2_normalize: inputs f32|bf16 in any mix -> act dtype
 //   silu, gelu_tanh, upsample: -> x's dtype; silu_mul -> gate's dtype
 //   add_, gated_add_, clamp_: any mix of f32|bf16, in place
 //   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
-//   cfg_combine: cond, neg one dtype -> f32; euler_step_: x f32, v f32|bf16
+//   axpy_: x f32, y f32|bf16; div_, scale_rows_: f32; row_norms: x f32|bf16 -> f32
 //   fused: linear_gelu as linear (-> act dtype); linear_into_ -> dst's dtype; rms_norm_rope_into_
 //   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
 //   shift, scale share one dtype, else the Backend's two-op default
@@ -670,14 +670,23 @@ Tensor CudaBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, co
   return y;
 }
 
-Tensor CudaBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
+Tensor CudaBackend::l2_normalize(const Tensor& x, const Tensor& gamma, float scale) {
   Impl& m = *impl_;
-  expect_float("l2_norm_scale", x, "x");
-  expect_float("l2_norm_scale", gamma, "gamma");
-  op_shapes::row_vector("l2_norm_scale", x, gamma, "gamma");
-  Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "l2_norm_scale");
-  cuda::l2_norm_scale(m.ctx, x.raw(), x.dtype(), gamma.raw(), gamma.dtype(), y.raw(), y.dtype(), x.rows(), x.cols());
+  expect_float("l2_normalize", x, "x");
+  expect_float("l2_normalize", gamma, "gamma");
+  op_shapes::row_vector("l2_normalize", x, gamma, "gamma");
+  Tensor y = m.alloc(x.shape(), m.opt.act_dtype, "l2_normalize");
+  cuda::l2_normalize(m.ctx, x.raw(), x.dtype(), gamma.raw(), gamma.dtype(), y.raw(), y.dtype(), x.rows(), x.cols(),
+                     scale);
   return y;
+}
+
+Tensor CudaBackend::row_norms(const Tensor& x) {
+  expect_float("row_norms", x, "x");
+  op_shapes::has_rows("row_norms", x);
+  Tensor out = impl_->alloc({x.rows()}, DType::F32, "row_norms");
+  if (x.numel() > 0) cuda::row_norms(impl_->ctx, x.raw(), x.dtype(), out.data<float>(), x.rows(), x.cols());
+  return out;
 }
 
 // ---- element-wise ---------------------------------------------------------------------------
@@ -812,25 +821,30 @@ Tensor CudaBackend::upsample_nearest2x(const Tensor& x) {
 
 // ---- the sampler ----------------------------------------------------------------------------
 
-Tensor CudaBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
-  expect_float("cfg_combine", cond, "cond");
-  expect_float("cfg_combine", neg, "neg");
-  op_shapes::same_shape("cfg_combine", cond, neg);
-  DITBATCH_CHECK(cond.dtype() == neg.dtype(), "cfg_combine: cond {} and neg {} must share one dtype", cond.describe(),
-                 neg.describe());
-  Tensor out = impl_->alloc(cond.shape(), DType::F32, "cfg_combine");
-  if (cond.numel() > 0)
-    cuda::cfg_combine(impl_->ctx, cond.raw(), neg.raw(), cond.dtype(), out.data<float>(), cond.rows(), cond.cols(),
-                      scale);
-  return out;
+void CudaBackend::axpy_(Tensor& x, float alpha, const Tensor& y) {
+  expect_cuda("axpy_", x, "x");
+  expect_float("axpy_", y, "y");
+  DITBATCH_CHECK(x.dtype() == DType::F32, "axpy_: x {} must be f32", x.describe());
+  op_shapes::same_shape("axpy_", x, y);
+  cuda::axpy_inplace(impl_->ctx, x.data<float>(), alpha, y.raw(), y.dtype(), x.numel());
 }
 
-void CudaBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
-  expect_cuda("euler_step_", x, "x");
-  expect_float("euler_step_", v, "v");
-  DITBATCH_CHECK(x.dtype() == DType::F32, "euler_step_: x {} must be f32 (the latents)", x.describe());
-  op_shapes::same_shape("euler_step_", x, v);
-  cuda::euler_step_inplace(impl_->ctx, x.data<float>(), v.raw(), v.dtype(), x.numel(), dt);
+void CudaBackend::div_(Tensor& x, const Tensor& y) {
+  expect_cuda("div_", x, "x");
+  expect_cuda("div_", y, "y");
+  DITBATCH_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, "div_: x {} and y {} must be f32", x.describe(),
+                 y.describe());
+  op_shapes::same_shape("div_", x, y);
+  cuda::div_inplace(impl_->ctx, x.data<float>(), y.data<float>(), x.numel());
+}
+
+void CudaBackend::scale_rows_(Tensor& x, const Tensor& s) {
+  expect_cuda("scale_rows_", x, "x");
+  expect_cuda("scale_rows_", s, "s");
+  DITBATCH_CHECK(x.dtype() == DType::F32 && s.dtype() == DType::F32, "scale_rows_: x {} and s {} must be f32",
+                 x.describe(), s.describe());
+  op_shapes::per_row("scale_rows_", x, s, "s");
+  cuda::scale_rows_inplace(impl_->ctx, x.data<float>(), s.data<float>(), x.rows(), x.cols());
 }
 
 // ---- factories ------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
   Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps) override;
-  Tensor l2_norm_scale(const Tensor& x, const Tensor& gamma) override;
+  Tensor l2_normalize(const Tensor& x, const Tensor& gamma, float scale) override;
 
   Tensor silu(const Tensor& x) override;
   Tensor gelu_tanh(const Tensor& x) override;
@@ -93,6 +93,10 @@ class CudaBackend final : public Backend {
   void add_(Tensor& x, const Tensor& y) override;
   void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) override;
   void clamp_(Tensor& x, float lo, float hi) override;
+  void axpy_(Tensor& x, float alpha, const Tensor& y) override;
+  void div_(Tensor& x, const Tensor& y) override;
+  void scale_rows_(Tensor& x, const Tensor& s) override;
+  Tensor row_norms(const Tensor& x) override;
 
   void rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
   void rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
@@ -100,8 +104,6 @@ class CudaBackend final : public Backend {
   Tensor embedding(const Tensor& table, const Tensor& ids) override;
   Tensor upsample_nearest2x(const Tensor& x) override;
 
-  Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) override;
-  void euler_step_(Tensor& x, const Tensor& v, float dt) override;
 
   Tensor pack_latents(const Tensor& x) override;
   Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,

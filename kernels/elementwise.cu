@@ -69,10 +69,20 @@ __global__ void clamp_kernel(T* __restrict__ x, int64_t n, float lo, float hi) {
   }
 }
 
-template <typename TV>
-__global__ void euler_kernel(float* __restrict__ x, const TV* __restrict__ v, int64_t n, float dt) {
+template <typename TY>
+__global__ void axpy_kernel(float* __restrict__ x, float alpha, const TY* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = __fadd_rn(x[i], __fmul_rn(dt, to_f(v[i])));
+    x[i] = __fadd_rn(x[i], __fmul_rn(alpha, to_f(y[i])));
+}
+
+__global__ void div_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __fdiv_rn(x[i], y[i]);
+}
+
+__global__ void scale_rows_kernel(float* __restrict__ x, const float* __restrict__ s, int64_t n, int64_t cols) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __fmul_rn(x[i], s[i / cols]);
 }
 
 // diffusers' postprocess in f32: (x * 0.5 + 0.5).clamp(0, 1), then (v * 255).round() (half to even).
@@ -223,14 +233,30 @@ void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, floa
   ctx.launched("clamp_");
 }
 
-void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v_dtype, int64_t n, float dt) {
-  check_count("euler_step_", n);
+void axpy_inplace(const CudaContext& ctx, float* x, float alpha, const void* y, DType y_dtype, int64_t n) {
+  check_count("axpy_", n);
   if (n == 0) return;
-  dispatch_float(v_dtype, "euler_step_", "v", [&](auto t) {
-    using TV = decltype(t);
-    euler_kernel<TV><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, static_cast<const TV*>(v), n, dt);
+  dispatch_float(y_dtype, "axpy_", "y", [&](auto t) {
+    using TY = decltype(t);
+    axpy_kernel<TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, alpha, static_cast<const TY*>(y), n);
   });
-  ctx.launched("euler_step_");
+  ctx.launched("axpy_");
+}
+
+void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n) {
+  check_count("div_", n);
+  if (n == 0) return;
+  div_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, y, n);
+  ctx.launched("div_");
+}
+
+void scale_rows_inplace(const CudaContext& ctx, float* x, const float* s, int64_t rows, int64_t cols) {
+  check_count("scale_rows_", rows);
+  check_count("scale_rows_", cols);
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  scale_rows_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, s, n, cols);
+  ctx.launched("scale_rows_");
 }
 
 void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n) {

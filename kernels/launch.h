@@ -26,8 +26,12 @@ void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const voi
                        const void* y, DType y_dtype, int64_t rows, int64_t cols);
 // x = min(max(x, lo), hi), NaN stays NaN.
 void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, float lo, float hi);
-// x (f32) = x + dt * v
-void euler_step_inplace(const CudaContext& ctx, float* x, const void* v, DType v_dtype, int64_t n, float dt);
+// x (f32) += alpha * y
+void axpy_inplace(const CudaContext& ctx, float* x, float alpha, const void* y, DType y_dtype, int64_t n);
+// x (f32) /= y (f32)
+void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n);
+// x (f32) [rows, cols]: row r *= s[r] (f32)
+void scale_rows_inplace(const CudaContext& ctx, float* x, const float* s, int64_t rows, int64_t cols);
 // rgb (u8) [n] = round_half_even(clamp(x * 0.5 + 0.5, 0, 1) * 255) in f32; NaN -> 0
 void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n);
 // *count (one device int64) = how many of x[0, n) are NaN or +-Inf (two launches, scratch from ctx)
@@ -41,9 +45,11 @@ void rms_norm(const CudaContext& ctx, const void* x, DType x_dtype, const void* 
 void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, const void* shift,
                          DType shift_dtype, const void* scale, DType scale_dtype, void* y, DType y_dtype,
                          int64_t rows, int64_t cols, float eps);
-// y = x / max(||x||, 1e-12) * sqrt(cols) * gamma
-void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
-                   DType y_dtype, int64_t rows, int64_t cols);
+// y = x / max(||x||, 1e-12) * scale * gamma
+void l2_normalize(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
+                  DType y_dtype, int64_t rows, int64_t cols, float scale);
+// out (f32) [rows] = ||x_r||, summed in double
+void row_norms(const CudaContext& ctx, const void* x, DType dtype, float* out, int64_t rows, int64_t cols);
 // x (f32) += gate * y, then out = LN(x) * (1 + scale) + shift; gate, shift, scale [cols] of mod_dtype.
 void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void* gate, const void* y, DType y_dtype,
                                    const void* shift, const void* scale, DType mod_dtype, void* out, DType out_dtype,
@@ -53,9 +59,6 @@ void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void*
 void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, const void* weight, DType w_dtype,
                    const float* cos, const float* sin, void* out, DType out_dtype, int64_t tokens, int64_t H,
                    int64_t Dh, float eps);
-// out (f32) = (neg + s (cond - neg)) * ||cond_r|| / ||comb_r|| per row
-void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,
-                 int64_t cols, float scale);
 
 // ---- rope.cu ----
 // In place on x [L, H, Dh]; cos, sin f32 [L, Dh/2]. interleaved: pairs (2m, 2m+1); else NeoX (m, m + Dh/2).

@@ -70,8 +70,8 @@ __global__ void layer_norm_modulate_kernel(const TX* __restrict__ x, const TS* _
 }
 
 template <typename TX, typename TG, typename TY>
-__global__ void l2_norm_scale_kernel(const TX* __restrict__ x, const TG* __restrict__ gamma, TY* __restrict__ y,
-                                     int64_t rows, int cols, float sqrt_cols) {
+__global__ void l2_normalize_kernel(const TX* __restrict__ x, const TG* __restrict__ gamma, TY* __restrict__ y,
+                                    int64_t rows, int cols, float scale) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -79,7 +79,7 @@ __global__ void l2_norm_scale_kernel(const TX* __restrict__ x, const TG* __restr
   const float norm = fmaxf(sqrtf(warp_sum_sq(xr, cols, lane)), 1e-12f);
   TY* yr = y + row * cols;
   for (int c = lane; c < cols; c += 32)
-    yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(__fdiv_rn(to_f(xr[c]), norm), sqrt_cols), to_f(gamma[c])));
+    yr[c] = from_f<TY>(__fmul_rn(__fmul_rn(__fdiv_rn(to_f(xr[c]), norm), scale), to_f(gamma[c])));
 }
 
 // x += gate * y (x f32, the residual stream; as gated_add_kernel), then out = LN(x) * (1 +
@@ -123,29 +123,20 @@ __global__ void rms_norm_rope_kernel(const TP* __restrict__ proj, const TW* __re
   }
 }
 
-// Sums in double: the rescale ratio multiplies every element of the row.
+// Sums in double: the norm scales every element of a row where it is used.
 template <typename T>
-__global__ void cfg_combine_kernel(const T* __restrict__ cond, const T* __restrict__ neg, float* __restrict__ out,
-                                   int64_t rows, int cols, float scale) {
+__global__ void row_norms_kernel(const T* __restrict__ x, float* __restrict__ out, int64_t rows, int cols) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
-  const T* cr = cond + row * cols;
-  const T* nr = neg + row * cols;
-  float* orow = out + row * cols;
-  double cond_sq = 0.0, comb_sq = 0.0;
+  const T* xr = x + row * cols;
+  double sum_sq = 0.0;
   for (int c = lane; c < cols; c += 32) {
-    const float n = to_f(nr[c]), v = to_f(cr[c]);
-    const float comb = __fadd_rn(n, __fmul_rn(scale, __fsub_rn(v, n)));  // three rounded f32 ops
-    orow[c] = comb;
-    cond_sq += static_cast<double>(v) * v;
-    comb_sq += static_cast<double>(comb) * comb;
+    const float v = to_f(xr[c]);
+    sum_sq += static_cast<double>(v) * v;
   }
-  cond_sq = warp_sum(cond_sq);
-  comb_sq = warp_sum(comb_sq);
-  const float ratio = static_cast<float>(sqrt(cond_sq)) / static_cast<float>(sqrt(comb_sq));
-  // Each lane rescales exactly the elements it wrote in the first pass.
-  for (int c = lane; c < cols; c += 32) orow[c] = __fmul_rn(orow[c], ratio);
+  sum_sq = warp_sum(sum_sq);
+  if (lane == 0) out[row] = static_cast<float>(sqrt(sum_sq));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -194,21 +185,31 @@ void layer_norm_modulate(const CudaContext& ctx, const void* x, DType x_dtype, c
   ctx.launched("layer_norm_modulate");
 }
 
-void l2_norm_scale(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
-                   DType y_dtype, int64_t rows, int64_t cols) {
-  check_rows("l2_norm_scale", rows, cols);
+void l2_normalize(const CudaContext& ctx, const void* x, DType x_dtype, const void* gamma, DType g_dtype, void* y,
+                  DType y_dtype, int64_t rows, int64_t cols, float scale) {
+  check_rows("l2_normalize", rows, cols);
   if (rows == 0) return;
-  const float sqrt_cols = static_cast<float>(std::sqrt(static_cast<double>(cols)));  // python C**0.5 as f32
-  dispatch_float3("l2_norm_scale", x_dtype, "x", g_dtype, "gamma", y_dtype, "y",
+  dispatch_float3("l2_normalize", x_dtype, "x", g_dtype, "gamma", y_dtype, "y",
                   [&](auto a, auto b, auto c) {
     using TX = decltype(a);
     using TG = decltype(b);
     using TY = decltype(c);
-    l2_norm_scale_kernel<TX, TG, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
+    l2_normalize_kernel<TX, TG, TY><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
         static_cast<const TX*>(x), static_cast<const TG*>(gamma), static_cast<TY*>(y), rows,
-        static_cast<int>(cols), sqrt_cols);
+        static_cast<int>(cols), scale);
   });
-  ctx.launched("l2_norm_scale");
+  ctx.launched("l2_normalize");
+}
+
+void row_norms(const CudaContext& ctx, const void* x, DType dtype, float* out, int64_t rows, int64_t cols) {
+  check_rows("row_norms", rows, cols);
+  if (rows == 0) return;
+  dispatch_float(dtype, "row_norms", "x", [&](auto t) {
+    using T = decltype(t);
+    row_norms_kernel<T><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), out, rows,
+                                                                          static_cast<int>(cols));
+  });
+  ctx.launched("row_norms");
 }
 
 void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void* gate, const void* y, DType y_dtype,
@@ -249,16 +250,5 @@ void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, c
   ctx.launched(op);
 }
 
-void cfg_combine(const CudaContext& ctx, const void* cond, const void* neg, DType dtype, float* out, int64_t rows,
-                 int64_t cols, float scale) {
-  check_rows("cfg_combine", rows, cols);
-  if (rows == 0) return;
-  dispatch_float(dtype, "cfg_combine", "cond and neg", [&](auto t) {
-    using T = decltype(t);
-    cfg_combine_kernel<T><<<grid_for_rows(rows), kThreads, 0, ctx.stream>>>(
-        static_cast<const T*>(cond), static_cast<const T*>(neg), out, rows, static_cast<int>(cols), scale);
-  });
-  ctx.launched("cfg_combine");
-}
 
 }  // namespace ditbatch::cuda

@@ -72,8 +72,8 @@ class Backend {
   // shift, scale: [cols] (one vector for every row).
   virtual Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,
                                      float eps) = 0;
-  // The Wan-VAE RMS_norm: y = x / max(||x||_2, 1e-12) * sqrt(cols) * gamma.
-  virtual Tensor l2_norm_scale(const Tensor& x, const Tensor& gamma) = 0;
+  // torch's F.normalize times a gain: y = x / max(||x||_2, 1e-12) * scale * gamma; gamma [cols].
+  virtual Tensor l2_normalize(const Tensor& x, const Tensor& gamma, float scale) = 0;
 
   // ---- element-wise ----
   virtual Tensor silu(const Tensor& x) = 0;
@@ -85,7 +85,16 @@ class Backend {
   // x += gate * y, gate [cols] broadcast over rows (the gated residual).
   virtual void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) = 0;
   virtual void clamp_(Tensor& x, float lo, float hi) = 0;
+  // x += alpha * y (same shape; x f32).
+  virtual void axpy_(Tensor& x, float alpha, const Tensor& y) = 0;
+  // x /= y (same shape, both f32).
+  virtual void div_(Tensor& x, const Tensor& y) = 0;
+  // x[r, :] *= s[r]: x f32 [rows, cols], s f32 [rows].
+  virtual void scale_rows_(Tensor& x, const Tensor& s) = 0;
 
+  // ---- reductions ----
+  // The L2 norm of each row, summed in double: x [rows, cols] (f32) -> f32 [rows].
+  virtual Tensor row_norms(const Tensor& x) = 0;
   // ---- positions ----
   // Interleaved-pair RoPE (complex multiply of (x[2m], x[2m+1]) by cos + i sin), in place.
   // x [L, H, Dh]; cos, sin [L, Dh/2] (fp32).
@@ -98,13 +107,6 @@ class Backend {
   virtual Tensor embedding(const Tensor& table, const Tensor& ids) = 0;
   // Nearest-neighbour x2 upsampling of one NHWC image: [H, W, C] -> [2H, 2W, C].
   virtual Tensor upsample_nearest2x(const Tensor& x) = 0;
-
-  // ---- the sampler (fp32 tensors) ----
-  // True CFG of Qwen-Image, per row (token) r:
-  //   comb = neg + scale * (cond - neg);  out = comb * (||cond_r|| / ||comb_r||).
-  virtual Tensor cfg_combine(const Tensor& cond, const Tensor& neg, float scale) = 0;
-  // Euler step of the flow-matching scheduler: x = x + dt * v.
-  virtual void euler_step_(Tensor& x, const Tensor& v, float dt) = 0;
 
   // ---- latents and images (one image, between the sampler and the PNG) ----
   // The sampler's 2x2 patchify: x [C, 2h, 2w] (f32) -> [h * w, 4C] (f32),

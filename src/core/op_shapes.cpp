@@ -17,6 +17,16 @@ void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* wh
                  v.describe(), x.cols());
 }
 
+void per_row(const char* op, const Tensor& x, const Tensor& v, const char* what) {
+  has_rows(op, x);
+  DITBATCH_CHECK(v.rank() == 1 && v.numel() == x.rows(), "{}: x {} {} {} (expected [{}], one value per row)", op,
+                 x.describe(), what, v.describe(), x.rows());
+}
+
+void has_rows(const char* op, const Tensor& x) {
+  DITBATCH_CHECK(x.rank() >= 1, "{}: x {} (expected rows: rank 1 or more)", op, x.describe());
+}
+
 void rows_into(const char* op, const Tensor& dst, int64_t row, const Tensor& src) {
   DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
                  "{}: {} into rows [{}, {}) of {}", op, src.describe(), row, row + src.rows(), dst.describe());

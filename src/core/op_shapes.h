@@ -17,6 +17,10 @@ struct LinearDims {
 void same_shape(const char* op, const Tensor& a, const Tensor& b);
 // A vector of x.cols() values applied to every row of x (norm weights, gates, shift/scale).
 void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* what);
+// A vector of x.rows() values, one for each row of x (a per-row scale), x of rank 1 or more.
+void per_row(const char* op, const Tensor& x, const Tensor& v, const char* what);
+// x has rows: rank 1 or more.
+void has_rows(const char* op, const Tensor& x);
 // src fits rows [row, row + src.rows) of dst, with the same number of columns.
 void rows_into(const char* op, const Tensor& dst, int64_t row, const Tensor& src);
 

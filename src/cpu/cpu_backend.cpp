@@ -399,12 +399,11 @@ Tensor CpuBackend::layer_norm_modulate(const Tensor& x, const Tensor& shift, con
   return y;
 }
 
-Tensor CpuBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
-  expect_f32("l2_norm_scale", x, "x");
-  expect_f32("l2_norm_scale", gamma, "gamma");
-  op_shapes::row_vector("l2_norm_scale", x, gamma, "gamma");
+Tensor CpuBackend::l2_normalize(const Tensor& x, const Tensor& gamma, float scale) {
+  expect_f32("l2_normalize", x, "x");
+  expect_f32("l2_normalize", gamma, "gamma");
+  op_shapes::row_vector("l2_normalize", x, gamma, "gamma");
   const int64_t R = x.rows(), C = x.cols();
-  const float sqrt_c = static_cast<float>(std::sqrt(static_cast<double>(C)));  // python C**0.5 as f32
   Tensor y = Tensor::host(x.shape());
   const float* xp = x.data<float>();
   const float* gp = gamma.data<float>();
@@ -415,7 +414,7 @@ Tensor CpuBackend::l2_norm_scale(const Tensor& x, const Tensor& gamma) {
     double sum_sq = 0.0;
     for (int64_t c = 0; c < C; ++c) sum_sq += static_cast<double>(xr[c]) * xr[c];
     const float norm = std::max(static_cast<float>(std::sqrt(sum_sq)), 1e-12f);
-    for (int64_t c = 0; c < C; ++c) yp[r * C + c] = ((xr[c] / norm) * sqrt_c) * gp[c];
+    for (int64_t c = 0; c < C; ++c) yp[r * C + c] = ((xr[c] / norm) * scale) * gp[c];
   }
   return y;
 }
@@ -583,42 +582,56 @@ Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
   return y;
 }
 
-// ---- the sampler ---------------------------------------------------------------------------
+// ---- axpy, division, row scaling, row norms ---------------------------------------------------
 
-Tensor CpuBackend::cfg_combine(const Tensor& cond, const Tensor& neg, float scale) {
-  expect_f32("cfg_combine", cond, "cond");
-  expect_f32("cfg_combine", neg, "neg");
-  op_shapes::same_shape("cfg_combine", cond, neg);
-  const int64_t R = cond.rows(), C = cond.cols();
-  Tensor out = Tensor::host(cond.shape());
-  const float* cp = cond.data<float>();
-  const float* np = neg.data<float>();
+void CpuBackend::axpy_(Tensor& x, float alpha, const Tensor& y) {
+  expect_f32("axpy_", x, "x");
+  expect_f32("axpy_", y, "y");
+  op_shapes::same_shape("axpy_", x, y);
+  float* xp = x.data<float>();
+  const float* yp = y.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] + alpha * yp[i];
+}
+
+void CpuBackend::div_(Tensor& x, const Tensor& y) {
+  expect_f32("div_", x, "x");
+  expect_f32("div_", y, "y");
+  op_shapes::same_shape("div_", x, y);
+  float* xp = x.data<float>();
+  const float* yp = y.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] / yp[i];
+}
+
+void CpuBackend::scale_rows_(Tensor& x, const Tensor& s) {
+  expect_f32("scale_rows_", x, "x");
+  expect_f32("scale_rows_", s, "s");
+  op_shapes::per_row("scale_rows_", x, s, "s");
+  const int64_t R = x.rows(), C = x.cols();
+  float* xp = x.data<float>();
+  const float* sp = s.data<float>();
+#pragma omp parallel for schedule(static) if (R * C > kParallelMin)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) xp[r * C + c] *= sp[r];
+}
+
+Tensor CpuBackend::row_norms(const Tensor& x) {
+  expect_f32("row_norms", x, "x");
+  op_shapes::has_rows("row_norms", x);
+  const int64_t R = x.rows(), C = x.cols();
+  Tensor out = Tensor::host({R});
+  const float* xp = x.data<float>();
   float* op = out.data<float>();
 #pragma omp parallel for schedule(static) if (R * C > kParallelMin)
   for (int64_t r = 0; r < R; ++r) {
-    double cond_sq = 0.0, comb_sq = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      const float n = np[r * C + c], v = cp[r * C + c];
-      const float comb = n + scale * (v - n);  // three rounded f32 ops, as in the pipeline
-      op[r * C + c] = comb;
-      cond_sq += static_cast<double>(v) * v;
-      comb_sq += static_cast<double>(comb) * comb;
-    }
-    const float ratio = static_cast<float>(std::sqrt(cond_sq)) / static_cast<float>(std::sqrt(comb_sq));
-    for (int64_t c = 0; c < C; ++c) op[r * C + c] *= ratio;
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += static_cast<double>(xp[r * C + c]) * xp[r * C + c];
+    op[r] = static_cast<float>(std::sqrt(sum_sq));
   }
   return out;
-}
-
-void CpuBackend::euler_step_(Tensor& x, const Tensor& v, float dt) {
-  expect_f32("euler_step_", x, "x");
-  expect_f32("euler_step_", v, "v");
-  op_shapes::same_shape("euler_step_", x, v);
-  float* xp = x.data<float>();
-  const float* vp = v.data<float>();
-  const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] + dt * vp[i];
 }
 
 // ---- latents and images --------------------------------------------------------------------

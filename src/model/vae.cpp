@@ -179,10 +179,16 @@ Tensor VaeDecoder::conv3x3(const Conv& conv, const Tensor& x) { return be_.conv2
 
 Tensor VaeDecoder::conv1x1(const Conv& conv, const Tensor& x) { return be_.linear(x, conv.weight, &conv.bias); }
 
+// The Wan VAE's RMS_norm: F.normalize over the channels, times sqrt(C) (python's C**0.5, as
+// f32) and the gain.
+Tensor VaeDecoder::rms_norm(const Tensor& x, const Tensor& gamma) {
+  return be_.l2_normalize(x, gamma, static_cast<float>(std::sqrt(static_cast<double>(x.cols()))));
+}
+
 Tensor VaeDecoder::residual(const ResBlock& blk, const Tensor& x) {
   Tensor shortcut = blk.has_shortcut ? conv1x1(blk.shortcut, x) : x;
-  Tensor h = conv3x3(blk.conv1, be_.silu(be_.l2_norm_scale(x, blk.norm1)));
-  h = conv3x3(blk.conv2, be_.silu(be_.l2_norm_scale(h, blk.norm2)));
+  Tensor h = conv3x3(blk.conv1, be_.silu(rms_norm(x, blk.norm1)));
+  h = conv3x3(blk.conv2, be_.silu(rms_norm(h, blk.norm2)));
   be_.add_(h, shortcut);
   return h;
 }
@@ -190,7 +196,7 @@ Tensor VaeDecoder::residual(const ResBlock& blk, const Tensor& x) {
 Tensor VaeDecoder::mid_attention(const Tensor& x) {
   // One head over all pixels: q, k, v are channel thirds of to_qkv, scale 1/sqrt(C).
   const int64_t H = x.dim(0), W = x.dim(1), C = x.dim(2);
-  Tensor normed = be_.l2_norm_scale(x, w_.attn_norm).view({H * W, C});
+  Tensor normed = rms_norm(x, w_.attn_norm).view({H * W, C});
   Tensor q = conv1x1(w_.attn_q, normed), k = conv1x1(w_.attn_k, normed), v = conv1x1(w_.attn_v, normed);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(C)));
   Tensor o = be_.attention(q.view({H * W, 1, C}), k.view({H * W, 1, C}), v.view({H * W, 1, C}), scale, false);
@@ -235,7 +241,7 @@ Tensor VaeDecoder::decode_nhwc(Tensor x) {
   x = mid_attention(x);
   x = residual(w_.mid1, x);
   for (const UpBlock& up : w_.up_blocks) x = up_block(up, x);
-  x = conv3x3(w_.conv_out, be_.silu(be_.l2_norm_scale(x, w_.norm_out)));
+  x = conv3x3(w_.conv_out, be_.silu(rms_norm(x, w_.norm_out)));
   be_.clamp_(x, -1.0f, 1.0f);
   return x;  // [8h, 8w, 3]
 }

@@ -76,6 +76,7 @@ class VaeDecoder {
     Tensor norm_out;
   };
   static void bind(WeightBinder& binder, Backend* be, const VaeConfig& c, Weights& w);
+  Tensor rms_norm(const Tensor& x, const Tensor& gamma);  // RMS_norm: x / ||x|| * sqrt(C) * gamma, per pixel
   Tensor residual(const ResBlock& blk, const Tensor& x);
   Tensor up_block(const UpBlock& up, Tensor x);
   Tensor conv3x3(const Conv& conv, const Tensor& x);

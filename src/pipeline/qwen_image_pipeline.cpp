@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "model/lora_merge.h"
 #include "model/noise.h"
+#include "pipeline/true_cfg.h"
 
 namespace ditbatch {
 
@@ -161,11 +162,11 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
     if (job.true_cfg) {  // the cond and negative passes as one batch
       auto [cond_velocity, negative_velocity] = transformer_->forward_cfg(
           latents, prompt.embeds, prompt.tokens, negative->embeds, negative->tokens, h, w, cond);
-      velocity = be_.cfg_combine(cond_velocity, negative_velocity, job.cfg);
+      velocity = true_cfg_combine(be_, cond_velocity, negative_velocity, job.cfg);
     } else {
       velocity = transformer_->forward(latents, prompt.embeds, prompt.tokens, h, w, cond);
     }
-    be_.euler_step_(latents, velocity, schedule.dt(i));
+    be_.axpy_(latents, schedule.dt(i), velocity);  // the scheduler's Euler step: x += dt * v
     if (on_step) on_step(i + 1, schedule.steps());
   }
   const int64_t bad_latents = be_.count_nonfinite(latents);

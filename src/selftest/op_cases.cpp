@@ -410,14 +410,14 @@ std::vector<OpCase> all_op_cases() {
       },
       14));
   cases.push_back(row_case(
-      "l2_norm_scale", R, C, {{random_tensor({C}, 15), InputKind::Weight}},
-      [](Backend& be, std::vector<Tensor>& in) { return be.l2_norm_scale(in[0], in[1]); },
+      "l2_normalize", R, C, {{random_tensor({C}, 15), InputKind::Weight}},
+      [](Backend& be, std::vector<Tensor>& in) { return be.l2_normalize(in[0], in[1], 1.7f); },
       [C](const std::vector<Tensor>& in, int64_t r, std::vector<double>& row) {
         double ss = 0;
         for (int64_t c = 0; c < C; ++c) ss += at(in[0], r * C + c) * at(in[0], r * C + c);
         const double n = std::max(std::sqrt(ss), 1e-12);
         for (int64_t c = 0; c < C; ++c)
-          row[static_cast<size_t>(c)] = at(in[0], r * C + c) / n * std::sqrt(static_cast<double>(C)) * at(in[1], c);
+          row[static_cast<size_t>(c)] = at(in[0], r * C + c) / n * static_cast<double>(1.7f) * at(in[1], c);
       },
       16));
   cases.push_back(unary_case("silu", {17, 29}, 8.0f, 17, [](Backend& be, Tensor& x) { return be.silu(x); },
@@ -512,22 +512,16 @@ std::vector<OpCase> all_op_cases() {
   }
   {
     OpCase c;
-    c.name = "cfg_combine";
+    c.name = "row_norms";
     c.nmse_bound = 1e-13;
-    c.inputs = {{random_tensor({15, 64}, 31), InputKind::Fp32}, {random_tensor({15, 64}, 32), InputKind::Fp32}};
-    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.cfg_combine(in[0], in[1], 4.0f); };
+    c.inputs = {{random_tensor({15, 64}, 31, 3.0f), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.row_norms(in[0]); };
     c.reference = [](const std::vector<Tensor>& in) {
-      std::vector<double> y(15 * 64);
+      std::vector<double> y(15);
       for (int64_t r = 0; r < 15; ++r) {
-        double nc = 0, nm = 0;
-        for (int64_t k = 0; k < 64; ++k) {
-          const double cond = at(in[0], r * 64 + k), neg = at(in[1], r * 64 + k);
-          const double comb = neg + 4.0 * (cond - neg);
-          y[static_cast<size_t>(r * 64 + k)] = comb;
-          nc += cond * cond;
-          nm += comb * comb;
-        }
-        for (int64_t k = 0; k < 64; ++k) y[static_cast<size_t>(r * 64 + k)] *= std::sqrt(nc) / std::sqrt(nm);
+        double sum_sq = 0;
+        for (int64_t k = 0; k < 64; ++k) sum_sq += at(in[0], r * 64 + k) * at(in[0], r * 64 + k);
+        y[static_cast<size_t>(r)] = std::sqrt(sum_sq);
       }
       return y;
     };
@@ -535,11 +529,45 @@ std::vector<OpCase> all_op_cases() {
   }
   {
     OpCase c;
-    c.name = "euler_step_";
+    c.name = "div_";
+    c.nmse_bound = 1e-13;
+    Tensor denominators = random_tensor({15, 64}, 32, 0.5f);  // in [0.75, 1.75]: no division near zero
+    for (int64_t i = 0; i < denominators.numel(); ++i) denominators.data<float>()[i] += 1.25f;
+    c.inputs = {{random_tensor({15, 64}, 35, 3.0f), InputKind::Fp32}, {denominators, InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.div_(in[0], in[1]);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(15 * 64);
+      for (int64_t i = 0; i < 15 * 64; ++i) y[static_cast<size_t>(i)] = at(in[0], i) / at(in[1], i);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "scale_rows_";
+    c.nmse_bound = 1e-14;
+    c.inputs = {{random_tensor({15, 64}, 36, 3.0f), InputKind::Fp32}, {random_tensor({15}, 37, 2.0f), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.scale_rows_(in[0], in[1]);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y(15 * 64);
+      for (int64_t i = 0; i < 15 * 64; ++i) y[static_cast<size_t>(i)] = at(in[0], i) * at(in[1], i / 64);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "axpy_";
     c.nmse_bound = 1e-14;
     c.inputs = {{random_tensor({15, 64}, 33), InputKind::Fp32}, {random_tensor({15, 64}, 34), InputKind::Fp32}};
     c.run = [](Backend& be, std::vector<Tensor>& in) {
-      be.euler_step_(in[0], in[1], -0.0371f);
+      be.axpy_(in[0], -0.0371f, in[1]);
       return in[0];
     };
     c.reference = [](const std::vector<Tensor>& in) {
@@ -657,8 +685,8 @@ std::vector<ShapeMistake> all_shape_mistakes() {
       [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });
   add("layer_norm_modulate_scale_length", "layer_norm_modulate", per_column,
       [](On o) { o.be.layer_norm_modulate(o.f32({3, 8}, 1), o.act({8}, 2), o.act({9}, 3), 1e-6f); });
-  add("l2_norm_scale_gamma_length", "l2_norm_scale", per_column,
-      [](On o) { o.be.l2_norm_scale(o.act({3, 8}, 1), o.weight({4}, 2)); });
+  add("l2_normalize_gamma_length", "l2_normalize", per_column,
+      [](On o) { o.be.l2_normalize(o.act({3, 8}, 1), o.weight({4}, 2), 2.0f); });
   add("silu_mul_shapes", "silu_mul", "shapes differ", [](On o) { o.be.silu_mul(o.act({3, 8}, 1), o.act({8, 3}, 2)); });
   add("add_shapes", "add_", "shapes differ", [](On o) {
     Tensor x = o.f32({3, 8}, 1);
@@ -696,11 +724,17 @@ std::vector<ShapeMistake> all_shape_mistakes() {
       [](On o) { o.be.embedding(o.weight({9, 4}, 1), ids_tensor({2, 9, 0})); });
   add("upsample_not_an_image", "upsample_nearest2x", "expected [H, W, C]",
       [](On o) { o.be.upsample_nearest2x(o.act({4, 8}, 1)); });
-  add("cfg_combine_shapes", "cfg_combine", "shapes differ",
-      [](On o) { o.be.cfg_combine(o.f32({4, 8}, 1), o.f32({4, 7}, 2), 4.0f); });
-  add("euler_step_shapes", "euler_step_", "shapes differ", [](On o) {
+  add("axpy_shapes", "axpy_", "shapes differ", [](On o) {
     Tensor x = o.f32({4, 8}, 1);
-    o.be.euler_step_(x, o.f32({8, 4}, 2), -0.1f);
+    o.be.axpy_(x, -0.1f, o.f32({8, 4}, 2));
+  });
+  add("div_shapes", "div_", "shapes differ", [](On o) {
+    Tensor x = o.f32({4, 8}, 1);
+    o.be.div_(x, o.f32({4, 7}, 2));
+  });
+  add("scale_rows_length", "scale_rows_", "one value per row", [](On o) {
+    Tensor x = o.f32({4, 8}, 1);
+    o.be.scale_rows_(x, o.f32({8}, 2));
   });
   add("pack_latents_odd_height", "pack_latents", "expected [C, 2h, 2w]",
       [](On o) { o.be.pack_latents(o.f32({4, 5, 6}, 1)); });
