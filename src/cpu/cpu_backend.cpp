@@ -470,15 +470,23 @@ Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   return y;
 }
 
-void CpuBackend::add_(Tensor& x, const Tensor& y) {
-  expect_f32("add_", x, "x");
-  expect_f32("add_", y, "y");
-  op_shapes::same_shape("add_", x, y);
+namespace {
+// x[i] = f(x[i], y[i]) for two f32 tensors of one shape: the in-place element-wise ops.
+template <typename F>
+void elementwise_inplace(const char* op, Tensor& x, const Tensor& y, F f) {
+  expect_f32(op, x, "x");
+  expect_f32(op, y, "y");
+  op_shapes::same_shape(op, x, y);
   float* xp = x.data<float>();
   const float* yp = y.data<float>();
   const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xp[i] += yp[i];
+  for (int64_t i = 0; i < n; ++i) xp[i] = f(xp[i], yp[i]);
+}
+}  // namespace
+
+void CpuBackend::add_(Tensor& x, const Tensor& y) {
+  elementwise_inplace("add_", x, y, [](float a, float b) { return a + b; });
 }
 
 void CpuBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
@@ -585,25 +593,11 @@ Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
 // ---- axpy, division, row scaling, row norms ---------------------------------------------------
 
 void CpuBackend::axpy_(Tensor& x, float alpha, const Tensor& y) {
-  expect_f32("axpy_", x, "x");
-  expect_f32("axpy_", y, "y");
-  op_shapes::same_shape("axpy_", x, y);
-  float* xp = x.data<float>();
-  const float* yp = y.data<float>();
-  const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] + alpha * yp[i];
+  elementwise_inplace("axpy_", x, y, [alpha](float a, float b) { return a + alpha * b; });
 }
 
 void CpuBackend::div_(Tensor& x, const Tensor& y) {
-  expect_f32("div_", x, "x");
-  expect_f32("div_", y, "y");
-  op_shapes::same_shape("div_", x, y);
-  float* xp = x.data<float>();
-  const float* yp = y.data<float>();
-  const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] / yp[i];
+  elementwise_inplace("div_", x, y, [](float a, float b) { return a / b; });
 }
 
 void CpuBackend::scale_rows_(Tensor& x, const Tensor& s) {
