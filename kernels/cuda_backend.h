@@ -1,4 +1,4 @@
-// The CUDA backend: every Backend op on one NVIDIA GPU (issue #9). Weights and activations in
+// The CUDA backend: every Backend op on one NVIDIA GPU. Weights and activations in
 // bf16 (or all fp32 for exact comparisons with the CPU), fp32 accumulation everywhere, the
 // residual streams fp32 as the models ask. One stream, a caching allocator (no cudaMalloc once
 // a resolution's working set has been seen), pinned staging for uploads. kernels/README.md

@@ -7,7 +7,7 @@ packages=(
   # build
   cmake ninja-build pkg-config g++
   # core libraries
-  libopenmpi-dev openmpi-bin          # MPI data parallelism (#7)
+  libopenmpi-dev openmpi-bin          # MPI data parallelism
   libhdf5-dev hdf5-tools              # the weight store (h5dump, h5ls to look inside)
   libboost-program-options-dev        # the command line
   libgtest-dev                        # tests
@@ -24,7 +24,7 @@ packages=(
   # the ASan + UBSan build and the libFuzzer targets (tools/ci/sanitize_fuzz.sh): clang, its
   # sanitizer and fuzzer runtimes, its OpenMP, and llvm-symbolizer for readable reports
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
-  # Slurm end-to-end tests (#8)
+  # Slurm end-to-end tests
   slurm-wlm slurmctld slurmd slurm-client munge
   # the run report's browser test (tests/report): headless Chromium driven by Selenium
   chromium chromium-driver python3-selenium

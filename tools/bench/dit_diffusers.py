@@ -8,7 +8,7 @@ tools/bench/compare_dit.sh can put the two side by side:
         --text-tokens 20 --steps 3 --warmup 1 [--cfg] [--threads N]
 
 On the CPU (the default) weights are float32; `--device cuda --dtype bfloat16` makes the model
-directly on the GPU in bf16 (the full-size comparison of issue #9: no checkpoint needed, no
+directly on the GPU in bf16 (the full-size comparison: no checkpoint needed, no
 host copy of the 20B parameters). Weights are torch's default initialisation under
 torch.manual_seed(seed). A step is what QwenImagePipeline does per denoising step: one
 transformer call (two with --cfg, the cond and negative passes); the text mask is None, as the
