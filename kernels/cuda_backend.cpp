@@ -15,7 +15,7 @@
 //   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
 //   shift, scale share one dtype, else the Backend's two-op default
 //   pack_latents f32 -> f32; unpack_latents packed, divisor, mean f32 -> act dtype;
-//   to_rgb8 x f32|bf16 -> u8; count_nonfinite x f32|bf16
+//   scale_shift_ f32; to_u8 f32 -> u8; count_nonfinite x f32|bf16
 // Anything else fails with a message naming the op and the dtypes.
 #include "cuda_backend.h"
 
@@ -881,11 +881,18 @@ Tensor CudaBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, c
   return z;
 }
 
-Tensor CudaBackend::to_rgb8(const Tensor& x) {
-  expect_float("to_rgb8", x, "x");
-  Tensor rgb = impl_->alloc(x.shape(), DType::U8, "to_rgb8");
-  cuda::to_rgb8(impl_->ctx, x.raw(), x.dtype(), rgb.data<uint8_t>(), x.numel());
-  return rgb;
+void CudaBackend::scale_shift_(Tensor& x, float scale, float shift) {
+  expect_cuda("scale_shift_", x, "x");
+  DITBATCH_CHECK(x.dtype() == DType::F32, "scale_shift_: x {} must be f32", x.describe());
+  cuda::scale_shift_inplace(impl_->ctx, x.data<float>(), scale, shift, x.numel());
+}
+
+Tensor CudaBackend::to_u8(const Tensor& x) {
+  expect_cuda("to_u8", x, "x");
+  DITBATCH_CHECK(x.dtype() == DType::F32, "to_u8: x {} must be f32", x.describe());
+  Tensor out = impl_->alloc(x.shape(), DType::U8, "to_u8");
+  cuda::to_u8(impl_->ctx, x.data<float>(), out.data<uint8_t>(), x.numel());
+  return out;
 }
 
 int64_t CudaBackend::count_nonfinite(const Tensor& x) {

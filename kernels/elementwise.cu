@@ -85,14 +85,18 @@ __global__ void scale_rows_kernel(float* __restrict__ x, const float* __restrict
     x[i] = __fmul_rn(x[i], s[i / cols]);
 }
 
-// diffusers' postprocess in f32: (x * 0.5 + 0.5).clamp(0, 1), then (v * 255).round() (half to even).
-template <typename T>
-__global__ void to_rgb8_kernel(const T* __restrict__ x, uint8_t* __restrict__ rgb, int64_t n) {
+__global__ void scale_shift_kernel(float* __restrict__ x, float scale, float shift, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+}
+
+// Rounded half to even (rintf, as numpy's round), saturated.
+__global__ void to_u8_kernel(const float* __restrict__ x, uint8_t* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    float v = __fadd_rn(__fmul_rn(to_f(x[i]), 0.5f), 0.5f);
+    float v = x[i];
     v = v < 0.0f ? 0.0f : v;  // a NaN passes both comparisons and becomes 0 below
-    v = 1.0f < v ? 1.0f : v;
-    rgb[i] = v == v ? static_cast<uint8_t>(rintf(__fmul_rn(v, 255.0f))) : uint8_t{0};
+    v = 255.0f < v ? 255.0f : v;
+    out[i] = v == v ? static_cast<uint8_t>(rintf(v)) : uint8_t{0};
   }
 }
 
@@ -259,14 +263,18 @@ void scale_rows_inplace(const CudaContext& ctx, float* x, const float* s, int64_
   ctx.launched("scale_rows_");
 }
 
-void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n) {
-  check_count("to_rgb8", n);
+void scale_shift_inplace(const CudaContext& ctx, float* x, float scale, float shift, int64_t n) {
+  check_count("scale_shift_", n);
   if (n == 0) return;
-  dispatch_float(dtype, "to_rgb8", "x", [&](auto t) {
-    using T = decltype(t);
-    to_rgb8_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), rgb, n);
-  });
-  ctx.launched("to_rgb8");
+  scale_shift_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, scale, shift, n);
+  ctx.launched("scale_shift_");
+}
+
+void to_u8(const CudaContext& ctx, const float* x, uint8_t* out, int64_t n) {
+  check_count("to_u8", n);
+  if (n == 0) return;
+  to_u8_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, out, n);
+  ctx.launched("to_u8");
 }
 
 void count_nonfinite(const CudaContext& ctx, const void* x, DType dtype, int64_t n, int64_t* count) {

@@ -32,8 +32,10 @@ void axpy_inplace(const CudaContext& ctx, float* x, float alpha, const void* y, 
 void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n);
 // x (f32) [rows, cols]: row r *= s[r] (f32)
 void scale_rows_inplace(const CudaContext& ctx, float* x, const float* s, int64_t rows, int64_t cols);
-// rgb (u8) [n] = round_half_even(clamp(x * 0.5 + 0.5, 0, 1) * 255) in f32; NaN -> 0
-void to_rgb8(const CudaContext& ctx, const void* x, DType dtype, uint8_t* rgb, int64_t n);
+// x (f32) = x * scale + shift
+void scale_shift_inplace(const CudaContext& ctx, float* x, float scale, float shift, int64_t n);
+// out (u8) [n] = round_half_even(x) saturated to [0, 255] (x f32); NaN -> 0
+void to_u8(const CudaContext& ctx, const float* x, uint8_t* out, int64_t n);
 // *count (one device int64) = how many of x[0, n) are NaN or +-Inf (two launches, scratch from ctx)
 void count_nonfinite(const CudaContext& ctx, const void* x, DType dtype, int64_t n, int64_t* count);
 

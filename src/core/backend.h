@@ -91,6 +91,11 @@ class Backend {
   virtual void div_(Tensor& x, const Tensor& y) = 0;
   // x[r, :] *= s[r]: x f32 [rows, cols], s f32 [rows].
   virtual void scale_rows_(Tensor& x, const Tensor& s) = 0;
+  // x = x * scale + shift, two rounded f32 ops (x f32).
+  virtual void scale_shift_(Tensor& x, float scale, float shift) = 0;
+  // f32 -> u8 of the same shape: rounded half to even (as numpy's round), saturated to [0, 255];
+  // NaN gives 0.
+  virtual Tensor to_u8(const Tensor& x) = 0;
 
   // ---- reductions ----
   // The L2 norm of each row, summed in double: x [rows, cols] (f32) -> f32 [rows].
@@ -117,9 +122,6 @@ class Backend {
   // f32 (diffusers divides by 1/std); divisor and mean f32 [C].
   virtual Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
                                 const Tensor& mean) = 0;
-  // A decoded image in [-1, 1] (f32 or the act dtype) -> u8 of the same shape, as diffusers'
-  // postprocess in f32: round_half_even(clamp(x * 0.5 + 0.5, 0, 1) * 255). NaN gives 0.
-  virtual Tensor to_rgb8(const Tensor& x) = 0;
   // How many elements of x are NaN or +-Inf (waits for queued work): checked before an image is kept.
   virtual int64_t count_nonfinite(const Tensor& x) = 0;
 

@@ -612,6 +612,29 @@ void CpuBackend::scale_rows_(Tensor& x, const Tensor& s) {
     for (int64_t c = 0; c < C; ++c) xp[r * C + c] *= sp[r];
 }
 
+void CpuBackend::scale_shift_(Tensor& x, float scale, float shift) {
+  expect_f32("scale_shift_", x, "x");
+  float* xp = x.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xp[i] = xp[i] * scale + shift;
+}
+
+Tensor CpuBackend::to_u8(const Tensor& x) {
+  expect_f32("to_u8", x, "x");
+  Tensor out = Tensor::host(x.shape(), DType::U8);
+  const float* src = x.data<float>();
+  uint8_t* dst = out.data<uint8_t>();
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    float v = src[i];
+    v = v < 0.0f ? 0.0f : v;  // a NaN passes both comparisons and becomes 0 below
+    v = 255.0f < v ? 255.0f : v;
+    dst[i] = v == v ? static_cast<uint8_t>(std::nearbyint(v)) : 0;  // ties to even, as np.round
+  }
+  return out;
+}
+
 Tensor CpuBackend::row_norms(const Tensor& x) {
   expect_f32("row_norms", x, "x");
   op_shapes::has_rows("row_norms", x);
@@ -664,21 +687,6 @@ Tensor CpuBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, co
         dst[(y * 2 * w + x) * C + c] = latent / div[c] + mu[c];
       }
   return z;
-}
-
-Tensor CpuBackend::to_rgb8(const Tensor& x) {
-  expect_f32("to_rgb8", x, "x");
-  Tensor rgb = Tensor::host(x.shape(), DType::U8);
-  const float* src = x.data<float>();
-  uint8_t* dst = rgb.data<uint8_t>();
-#pragma omp parallel for schedule(static) if (x.numel() > kParallelMin)
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    float v = src[i] * 0.5f + 0.5f;
-    v = v < 0.0f ? 0.0f : v;  // a NaN passes both comparisons and becomes 0 below
-    v = 1.0f < v ? 1.0f : v;
-    dst[i] = v == v ? static_cast<uint8_t>(std::nearbyint(v * 255.0f)) : 0;  // ties to even, as np.round
-  }
-  return rgb;
 }
 
 int64_t CpuBackend::count_nonfinite(const Tensor& x) {

@@ -45,6 +45,8 @@ class CpuBackend : public Backend {
   void axpy_(Tensor& x, float alpha, const Tensor& y) override;
   void div_(Tensor& x, const Tensor& y) override;
   void scale_rows_(Tensor& x, const Tensor& s) override;
+  void scale_shift_(Tensor& x, float scale, float shift) override;
+  Tensor to_u8(const Tensor& x) override;
   Tensor row_norms(const Tensor& x) override;
 
   void rope_interleaved_(Tensor& x, const Tensor& cos, const Tensor& sin) override;
@@ -57,7 +59,6 @@ class CpuBackend : public Backend {
   Tensor pack_latents(const Tensor& x) override;
   Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
                         const Tensor& mean) override;
-  Tensor to_rgb8(const Tensor& x) override;
   int64_t count_nonfinite(const Tensor& x) override;
 };
 

@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "model/lora_merge.h"
 #include "model/noise.h"
+#include "pipeline/postprocess.h"
 #include "pipeline/true_cfg.h"
 
 namespace ditbatch {
@@ -186,7 +187,7 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
     result.error = fmt::format("NaN or Inf in {} of {} values of the decoded image (VAE)", bad_pixels, decoded.numel());
     return result;
   }
-  const Tensor rgb = be_.to_host(be_.to_rgb8(decoded));  // diffusers' postprocess, on the backend
+  const Tensor rgb = be_.to_host(postprocess_to_rgb8(be_, decoded));  // on the backend
   times.vae += vae_watch.seconds();
   result.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
   result.ok = true;

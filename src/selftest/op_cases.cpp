@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "pipeline/postprocess.h"
 #include "selftest/random_inputs.h"
 
 namespace ditbatch::selftest {
@@ -586,10 +587,10 @@ std::vector<OpCase> all_op_cases() {
     // diffusers' postprocess, numpy's float32 arithmetic: clamp(x * 0.5 + 0.5, 0, 1), * 255,
     // round half to even. Inputs reach past [-1, 1] so that both clamps are exercised.
     OpCase c;
-    c.name = "to_rgb8";
+    c.name = "postprocess_to_rgb8";
     c.nmse_bound = 0.0;
     c.inputs = {{random_tensor({7, 9, 3}, 54, 1.3f), InputKind::Activation}};
-    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.to_rgb8(in[0]); };
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_rgb8(be, in[0]); };
     c.reference = [](const std::vector<Tensor>& in) {
       std::vector<double> y;
       for (int64_t i = 0; i < in[0].numel(); ++i) {
@@ -604,7 +605,7 @@ std::vector<OpCase> all_op_cases() {
     // Exact ties, where numpy's round (half to even) and C's round (half away) differ: decoded
     // values x with f32(f32(x * 0.5 + 0.5) * 255) = k + 0.5, found by search; and a NaN (-> 0).
     OpCase c;
-    c.name = "to_rgb8_ties_and_nan";
+    c.name = "postprocess_to_rgb8_ties_and_nan";
     c.nmse_bound = 0.0;
     std::vector<float> xs, expected;
     for (int k = 0; k < 255 && xs.size() < 24; ++k) {
@@ -620,8 +621,41 @@ std::vector<OpCase> all_op_cases() {
     expected.push_back(0.0f);
     const int64_t n = static_cast<int64_t>(xs.size());
     c.inputs = {{Tensor::host_f32({n}, xs), InputKind::Fp32}};
-    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.to_rgb8(in[0]); };
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_rgb8(be, in[0]); };
     c.reference = [expected](const std::vector<Tensor>&) { return std::vector<double>(expected.begin(), expected.end()); };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "scale_shift_";
+    c.nmse_bound = 1e-14;
+    c.inputs = {{random_tensor({15, 64}, 55, 3.0f), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.scale_shift_(in[0], 1.7f, -0.3f);
+      return in[0];
+    };
+    c.reference = [](const std::vector<Tensor>& in) {
+      std::vector<double> y;
+      for (int64_t i = 0; i < in[0].numel(); ++i) y.push_back(at(in[0], i) * static_cast<double>(1.7f) - 0.3);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    // Both saturations, exact ties (k + 0.5: half to even, where C's round goes away from 0),
+    // values near them, and a NaN (-> 0).
+    OpCase c;
+    c.name = "to_u8";
+    c.nmse_bound = 0.0;
+    std::vector<float> xs = {-20.0f, -0.5f, -0.0f, 0.49f, 0.5f, 1.5f, 2.5f, 3.5f, 126.5f, 127.5f, 254.5f,
+                             254.51f, 255.0f, 255.4f, 255.5f, 300.0f, 1e9f, std::numeric_limits<float>::quiet_NaN()};
+    for (int k = 0; k < 40; ++k) xs.push_back(static_cast<float>(k) * 6.53f - 3.0f);
+    std::vector<double> expected;
+    for (float x : xs)
+      expected.push_back(x != x ? 0.0 : std::nearbyint(std::clamp(static_cast<double>(x), 0.0, 255.0)));
+    c.inputs = {{Tensor::host_f32({static_cast<int64_t>(xs.size())}, xs), InputKind::Fp32}};
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return be.to_u8(in[0]); };
+    c.reference = [expected](const std::vector<Tensor>&) { return expected; };
     cases.push_back(c);
   }
   cases.push_back(linear_gelu_case(37, 70, 19, 40));
