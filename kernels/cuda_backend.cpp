@@ -10,11 +10,11 @@
 //   silu, gelu_tanh, upsample: -> x's dtype; silu_mul -> gate's dtype
 //   add_, gated_add_, clamp_: any mix of f32|bf16, in place
 //   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
-//   axpy_: x f32, y f32|bf16; div_, scale_rows_: f32; row_norms: x f32|bf16 -> f32
+//   axpy_: x f32, y f32|bf16; div_, scale_rows_: f32; add_ and div_ also by a row vector; row_norms: x f32|bf16 -> f32
 //   fused: linear_gelu as linear (-> act dtype); linear_into_ -> dst's dtype; rms_norm_rope_into_
 //   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
 //   shift, scale share one dtype, else the Backend's two-op default
-//   pack_latents f32 -> f32; unpack_latents packed, divisor, mean f32 -> act dtype;
+//   permute: any dtype -> the same dtype;
 //   scale_shift_ f32; to_u8 f32 -> u8; count_nonfinite x f32|bf16
 // Anything else fails with a message naming the op and the dtypes.
 #include "cuda_backend.h"
@@ -717,8 +717,8 @@ Tensor CudaBackend::silu_mul(const Tensor& gate, const Tensor& up) {
 void CudaBackend::add_(Tensor& x, const Tensor& y) {
   expect_float("add_", x, "x");
   expect_float("add_", y, "y");
-  op_shapes::same_shape("add_", x, y);
-  cuda::add_inplace(impl_->ctx, x.raw(), x.dtype(), y.raw(), y.dtype(), x.numel());
+  const bool row_vector = op_shapes::same_shape_or_row_vector("add_", x, y);
+  cuda::add_inplace(impl_->ctx, x.raw(), x.dtype(), y.raw(), y.dtype(), x.numel(), row_vector ? x.cols() : x.numel());
 }
 
 void CudaBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
@@ -834,8 +834,8 @@ void CudaBackend::div_(Tensor& x, const Tensor& y) {
   expect_cuda("div_", y, "y");
   DITBATCH_CHECK(x.dtype() == DType::F32 && y.dtype() == DType::F32, "div_: x {} and y {} must be f32", x.describe(),
                  y.describe());
-  op_shapes::same_shape("div_", x, y);
-  cuda::div_inplace(impl_->ctx, x.data<float>(), y.data<float>(), x.numel());
+  const bool row_vector = op_shapes::same_shape_or_row_vector("div_", x, y);
+  cuda::div_inplace(impl_->ctx, x.data<float>(), y.data<float>(), x.numel(), row_vector ? x.cols() : x.numel());
 }
 
 void CudaBackend::scale_rows_(Tensor& x, const Tensor& s) {
@@ -857,28 +857,15 @@ std::unique_ptr<Backend> make_cuda_backend(int device, const Log& log) {
   return make_cuda_backend(CudaBackendOptions::from_env(device), log);
 }
 
-// ---- latents and images ----------------------------------------------------------------------
+// ---- layout and images ----------------------------------------------------------------------
 
-Tensor CudaBackend::pack_latents(const Tensor& x) {
-  expect_cuda("pack_latents", x, "x");
-  DITBATCH_CHECK(x.dtype() == DType::F32, "pack_latents: x {} must be f32 (the latents)", x.describe());
-  const op_shapes::LatentGrid g = op_shapes::pack_latents(x);
-  Tensor packed = impl_->alloc({g.h * g.w, 4 * g.channels}, DType::F32, "pack_latents");  // [S, 4C]
-  cuda::pack_latents(impl_->ctx, x.data<float>(), packed.data<float>(), g.channels, g.h, g.w);
-  return packed;
-}
-
-Tensor CudaBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
-                                   const Tensor& mean) {
-  for (auto [t, what] : {std::pair{&packed, "packed"}, {&divisor, "divisor"}, {&mean, "mean"}}) {
-    expect_cuda("unpack_latents", *t, what);
-    DITBATCH_CHECK(t->dtype() == DType::F32, "unpack_latents: {} {} must be f32", what, t->describe());
-  }
-  const int64_t C = op_shapes::unpack_latents(packed, h, w, divisor, mean);
-  Tensor z = impl_->alloc({2 * h, 2 * w, C}, act_dtype(), "unpack_latents");  // NHWC
-  cuda::unpack_latents(impl_->ctx, packed.data<float>(), divisor.data<float>(), mean.data<float>(), z.raw(),
-                       z.dtype(), C, h, w);
-  return z;
+Tensor CudaBackend::permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  expect_cuda("permute", x, "x");
+  const auto [out_shape, in_strides] = op_shapes::permute(x, dims);
+  Tensor out = impl_->alloc(out_shape, x.dtype(), "permute");
+  cuda::permute(impl_->ctx, x.raw(), out.raw(), dtype_size(x.dtype()), out_shape.data(), in_strides.data(),
+                static_cast<int>(x.rank()));
+  return out;
 }
 
 void CudaBackend::scale_shift_(Tensor& x, float scale, float shift) {

@@ -1,5 +1,5 @@
-// Element-wise kernels: dtype conversion, activations, residual adds, clamp, the Euler step, the
-// uint8 image and the count of non-finite values.
+// Element-wise kernels: dtype conversion, activations, residual adds (and adds and divisions by a
+// row vector), clamp, axpy, the uint8 image and the count of non-finite values.
 // Arithmetic is fp32 whatever the storage type; where the CPU reference rounds each product
 // (x + g * y, x + dt * v) the kernels do too (__fmul_rn / __fadd_rn: no FMA contraction), so
 // f32 runs agree with it bit for bit.
@@ -47,9 +47,9 @@ __global__ void silu_mul_kernel(const TG* __restrict__ gate, const TU* __restric
 }
 
 template <typename TX, typename TY>
-__global__ void add_kernel(TX* __restrict__ x, const TY* __restrict__ y, int64_t n) {
+__global__ void add_kernel(TX* __restrict__ x, const TY* __restrict__ y, int64_t n, int64_t y_period) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = from_f<TX>(__fadd_rn(to_f(x[i]), to_f(y[i])));
+    x[i] = from_f<TX>(__fadd_rn(to_f(x[i]), to_f(y[y_period == n ? i : i % y_period])));
 }
 
 template <typename TX, typename TG, typename TY>
@@ -75,9 +75,9 @@ __global__ void axpy_kernel(float* __restrict__ x, float alpha, const TY* __rest
     x[i] = __fadd_rn(x[i], __fmul_rn(alpha, to_f(y[i])));
 }
 
-__global__ void div_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+__global__ void div_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n, int64_t y_period) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = __fdiv_rn(x[i], y[i]);
+    x[i] = __fdiv_rn(x[i], y[y_period == n ? i : i % y_period]);
 }
 
 __global__ void scale_rows_kernel(float* __restrict__ x, const float* __restrict__ s, int64_t n, int64_t cols) {
@@ -139,6 +139,10 @@ namespace {
 void check_count(const char* op, int64_t n) {
   if (n < 0) fail(cat(op, ": negative element count ", n));
 }
+// y repeats every y_period elements of x: n (same shape) or x's row length (a row vector).
+void check_period(const char* op, int64_t n, int64_t y_period) {
+  if (y_period <= 0 || n % y_period != 0) fail(cat(op, ": y period ", y_period, " for ", n, " elements"));
+}
 }  // namespace
 
 void convert(const CudaContext& ctx, const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
@@ -197,15 +201,17 @@ void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const 
   ctx.launched("silu_mul");
 }
 
-void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n) {
+void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n,
+                 int64_t y_period) {
   check_count("add_", n);
   if (n == 0) return;
+  check_period("add_", n, y_period);
   dispatch_float(x_dtype, "add_", "x", [&](auto a) {
     using TX = decltype(a);
     dispatch_float(y_dtype, "add_", "y", [&](auto b) {
       using TY = decltype(b);
       add_kernel<TX, TY><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<TX*>(x),
-                                                                         static_cast<const TY*>(y), n);
+                                                                         static_cast<const TY*>(y), n, y_period);
     });
   });
   ctx.launched("add_");
@@ -247,10 +253,11 @@ void axpy_inplace(const CudaContext& ctx, float* x, float alpha, const void* y, 
   ctx.launched("axpy_");
 }
 
-void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n) {
+void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n, int64_t y_period) {
   check_count("div_", n);
   if (n == 0) return;
-  div_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, y, n);
+  check_period("div_", n, y_period);
+  div_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, y, n, y_period);
   ctx.launched("div_");
 }
 

@@ -1,6 +1,6 @@
 // Gathers and resampling: embedding rows, nearest x2 upsampling, the im2col of a 3x3
 // convolution (NHWC, zero padding 1), whose column order (ky, kx, cin) matches the weights, and
-// the sampler's 2x2 latent packing both ways (unpacking fused with the VAE's de-normalisation).
+// the permutation of a tensor's axes.
 #include "device_utils.cuh"
 #include "launch.h"
 
@@ -36,27 +36,24 @@ __global__ void im2col3x3_kernel(const T* __restrict__ x, T* __restrict__ col, i
   }
 }
 
-// One thread per packed element, so the writes are coalesced: packed[t, c*4 + dy*2 + dx] for
-// token t = (i, j) reads x[c, 2i + dy, 2j + dx].
-__global__ void pack_latents_kernel(const float* __restrict__ x, float* __restrict__ packed, int64_t n, int64_t C,
-                                    int64_t h, int64_t w) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = e % (4 * C), token = e / (4 * C);
-    const int64_t c = k / 4, dy = (k / 2) % 2, dx = k % 2, i = token / w, j = token % w;
-    packed[e] = x[(c * 2 * h + 2 * i + dy) * 2 * w + 2 * j + dx];
-  }
-}
+// The permutation's sizes travel by value as kernel arguments.
+struct PermuteDims {
+  int64_t out_shape[kMaxPermuteRank];
+  int64_t in_strides[kMaxPermuteRank];
+  int rank;
+};
 
-// One thread per NHWC output element: z[y, x, c] = packed[(y/2, x/2), c*4 + (y%2)*2 + x%2] / divisor[c]
-// + mean[c], each operation rounded in f32 as diffusers does it.
+// One thread per output element, so the writes are coalesced; T is an unsigned integer of the
+// element's size (the bytes move unchanged whatever the dtype).
 template <typename T>
-__global__ void unpack_latents_kernel(const float* __restrict__ packed, const float* __restrict__ divisor,
-                                      const float* __restrict__ mean, T* __restrict__ z, int64_t n, int64_t C,
-                                      int64_t w) {
+__global__ void permute_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t n, PermuteDims d) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = e % C, pixel = e / C, x = pixel % (2 * w), y = pixel / (2 * w);
-    const float latent = packed[((y / 2) * w + x / 2) * 4 * C + c * 4 + (y % 2) * 2 + x % 2];
-    z[e] = from_f<T>(__fadd_rn(__fdiv_rn(latent, divisor[c]), mean[c]));
+    int64_t rest = e, src = 0;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      src += (rest % d.out_shape[k]) * d.in_strides[k];
+      rest /= d.out_shape[k];
+    }
+    out[e] = x[src];
   }
 }
 
@@ -101,23 +98,31 @@ void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, in
   ctx.launched("conv2d_3x3 (im2col)");
 }
 
-void pack_latents(const CudaContext& ctx, const float* x, float* packed, int64_t C, int64_t h, int64_t w) {
-  if (C <= 0 || h <= 0 || w <= 0) fail(cat("pack_latents: C ", C, " h ", h, " w ", w));
-  const int64_t n = 4 * C * h * w;
-  pack_latents_kernel<<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(x, packed, n, C, h, w);
-  ctx.launched("pack_latents");
-}
-
-void unpack_latents(const CudaContext& ctx, const float* packed, const float* divisor, const float* mean, void* z,
-                    DType z_dtype, int64_t C, int64_t h, int64_t w) {
-  if (C <= 0 || h <= 0 || w <= 0) fail(cat("unpack_latents: C ", C, " h ", h, " w ", w));
-  const int64_t n = 4 * C * h * w;
-  dispatch_float(z_dtype, "unpack_latents", "z", [&](auto t) {
+void permute(const CudaContext& ctx, const void* x, void* out, size_t elem_size, const int64_t* out_shape,
+             const int64_t* in_strides, int rank) {
+  if (rank < 1 || rank > kMaxPermuteRank) fail(cat("permute: rank ", rank, " (expected 1 to ", kMaxPermuteRank, ")"));
+  PermuteDims d{};
+  d.rank = rank;
+  int64_t n = 1;
+  for (int k = 0; k < rank; ++k) {
+    if (out_shape[k] < 0 || in_strides[k] < 0) fail(cat("permute: dim ", k, " size ", out_shape[k], " stride ", in_strides[k]));
+    d.out_shape[k] = out_shape[k];
+    d.in_strides[k] = in_strides[k];
+    n *= out_shape[k];
+  }
+  if (n == 0) return;
+  auto launch = [&](auto t) {
     using T = decltype(t);
-    unpack_latents_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(packed, divisor, mean,
-                                                                             static_cast<T*>(z), n, C, w);
-  });
-  ctx.launched("unpack_latents");
+    permute_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(out),
+                                                                       n, d);
+  };
+  switch (elem_size) {
+    case 1: launch(uint8_t{}); break;
+    case 2: launch(uint16_t{}); break;
+    case 4: launch(uint32_t{}); break;
+    default: fail(cat("permute: element size ", elem_size, " (expected 1, 2 or 4)"));
+  }
+  ctx.launched("permute");
 }
 
 }  // namespace ditbatch::cuda

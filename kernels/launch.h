@@ -19,8 +19,9 @@ void gelu_tanh(const CudaContext& ctx, const void* x, void* y, DType dtype, int6
 // y = silu(gate) * up; y has gate's dtype.
 void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const void* up, DType up_dtype, void* y,
               int64_t n);
-// x += y
-void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n);
+// x[i] += y[i % y_period]: y_period = n (same shape) or the row length (a row vector)
+void add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* y, DType y_dtype, int64_t n,
+                 int64_t y_period);
 // x[r, c] += gate[c] * y[r, c]
 void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const void* gate, DType gate_dtype,
                        const void* y, DType y_dtype, int64_t rows, int64_t cols);
@@ -28,8 +29,8 @@ void gated_add_inplace(const CudaContext& ctx, void* x, DType x_dtype, const voi
 void clamp_inplace(const CudaContext& ctx, void* x, DType dtype, int64_t n, float lo, float hi);
 // x (f32) += alpha * y
 void axpy_inplace(const CudaContext& ctx, float* x, float alpha, const void* y, DType y_dtype, int64_t n);
-// x (f32) /= y (f32)
-void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n);
+// x[i] (f32) /= y[i % y_period] (f32): y_period as for add_inplace
+void div_inplace(const CudaContext& ctx, float* x, const float* y, int64_t n, int64_t y_period);
 // x (f32) [rows, cols]: row r *= s[r] (f32)
 void scale_rows_inplace(const CudaContext& ctx, float* x, const float* s, int64_t rows, int64_t cols);
 // x (f32) = x * scale + shift
@@ -76,11 +77,11 @@ void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dt
 // col [rows * W, 9 * Cin] for output rows [y0, y0 + rows) of a 3x3 / pad 1 convolution of x [H, W, Cin]
 void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
                int64_t y0, int64_t rows);
-// x [C, 2h, 2w] (f32) -> packed [h * w, 4C] (f32), packed[i*w + j, c*4 + dy*2 + dx] = x[c, 2i+dy, 2j+dx]
-void pack_latents(const CudaContext& ctx, const float* x, float* packed, int64_t C, int64_t h, int64_t w);
-// packed [h * w, 4C] (f32) -> z [2h, 2w, C] (z_dtype), z = latent / divisor[c] + mean[c]; divisor, mean: f32 [C]
-void unpack_latents(const CudaContext& ctx, const float* packed, const float* divisor, const float* mean, void* z,
-                    DType z_dtype, int64_t C, int64_t h, int64_t w);
+// out = x.permute(dims) for elements of elem_size bytes (1, 2 or 4): out_shape[k] =
+// x's dim dims[k], in_strides[k] = x's element stride along that dim; rank 1 to kMaxPermuteRank.
+constexpr int kMaxPermuteRank = 6;
+void permute(const CudaContext& ctx, const void* x, void* out, size_t elem_size, const int64_t* out_shape,
+             const int64_t* in_strides, int rank);
 
 // ---- attention.cu ----
 // q [Lq, H, Dh], k and v [Lk, Hkv, Dh], o [Lq, H, Dh], all of one dtype.

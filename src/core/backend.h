@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -80,14 +81,14 @@ class Backend {
   virtual Tensor gelu_tanh(const Tensor& x) = 0;
   // silu(gate) * up (the SwiGLU of the text encoder's MLP).
   virtual Tensor silu_mul(const Tensor& gate, const Tensor& up) = 0;
-  // x += y (same shape).
+  // x += y: y of x's shape, or a row vector [cols] added to every row.
   virtual void add_(Tensor& x, const Tensor& y) = 0;
   // x += gate * y, gate [cols] broadcast over rows (the gated residual).
   virtual void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) = 0;
   virtual void clamp_(Tensor& x, float lo, float hi) = 0;
   // x += alpha * y (same shape; x f32).
   virtual void axpy_(Tensor& x, float alpha, const Tensor& y) = 0;
-  // x /= y (same shape, both f32).
+  // x /= y (both f32): y of x's shape, or a row vector [cols] dividing every row.
   virtual void div_(Tensor& x, const Tensor& y) = 0;
   // x[r, :] *= s[r]: x f32 [rows, cols], s f32 [rows].
   virtual void scale_rows_(Tensor& x, const Tensor& s) = 0;
@@ -113,15 +114,18 @@ class Backend {
   // Nearest-neighbour x2 upsampling of one NHWC image: [H, W, C] -> [2H, 2W, C].
   virtual Tensor upsample_nearest2x(const Tensor& x) = 0;
 
-  // ---- latents and images (one image, between the sampler and the PNG) ----
-  // The sampler's 2x2 patchify: x [C, 2h, 2w] (f32) -> [h * w, 4C] (f32),
-  // packed[i * w + j, c * 4 + dy * 2 + dx] = x[c, 2i + dy, 2j + dx].
-  virtual Tensor pack_latents(const Tensor& x) = 0;
-  // Its inverse fused with the VAE's de-normalisation, straight into the decoder's NHWC input:
-  // packed [h * w, 4C] (f32) -> z [2h, 2w, C] (act dtype), z = latent / divisor[c] + mean[c] in
-  // f32 (diffusers divides by 1/std); divisor and mean f32 [C].
-  virtual Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
-                                const Tensor& mean) = 0;
+  // ---- layout ----
+  // torch's x.permute(dims).contiguous(): out.dim(k) = x.dim(dims[k]); rank 1 to 6, elements
+  // of 1, 2 or 4 bytes (the float dtypes, u8).
+  virtual Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) = 0;
+  // x in another dtype (float dtypes; a new tensor even where the dtype is x's).
+  Tensor cast(const Tensor& x, DType dtype) {
+    Tensor y = empty(x.shape(), dtype);
+    copy_rows_(y, 0, x);
+    return y;
+  }
+
+  // ---- checks ----
   // How many elements of x are NaN or +-Inf (waits for queued work): checked before an image is kept.
   virtual int64_t count_nonfinite(const Tensor& x) = 0;
 

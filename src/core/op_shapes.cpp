@@ -1,5 +1,9 @@
 #include "core/op_shapes.h"
 
+#include <fmt/ranges.h>
+
+#include <vector>
+
 #include "core/error.h"
 
 namespace ditbatch::op_shapes {
@@ -10,6 +14,14 @@ std::string describe(const Tensor& t) { return t.defined() ? t.describe() : "und
 
 void same_shape(const char* op, const Tensor& a, const Tensor& b) {
   DITBATCH_CHECK(a.shape() == b.shape(), "{}: shapes differ: {} vs {}", op, a.describe(), b.describe());
+}
+
+bool same_shape_or_row_vector(const char* op, const Tensor& x, const Tensor& y) {
+  if (x.shape() == y.shape()) return false;
+  DITBATCH_CHECK(x.rank() >= 1 && y.rank() == 1 && y.dim(0) == x.cols(),
+                 "{}: x {} y {} (expected y of x's shape, or [{}]: one value per column)", op, x.describe(),
+                 y.describe(), x.cols());
+  return true;
 }
 
 void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* what) {
@@ -114,22 +126,27 @@ void image_hwc(const char* op, const Tensor& x) {
   DITBATCH_CHECK(x.rank() == 3, "{}: x {} (expected [H, W, C])", op, x.describe());
 }
 
-LatentGrid pack_latents(const Tensor& x) {
-  DITBATCH_CHECK(x.rank() == 3 && x.dim(0) > 0 && x.dim(1) > 0 && x.dim(2) > 0 && x.dim(1) % 2 == 0 &&
-                     x.dim(2) % 2 == 0,
-                 "pack_latents: x {} (expected [C, 2h, 2w]: even, positive height and width)", x.describe());
-  return {x.dim(0), x.dim(1) / 2, x.dim(2) / 2};
-}
-
-int64_t unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor, const Tensor& mean) {
-  DITBATCH_CHECK(h > 0 && w > 0 && packed.rank() == 2 && packed.dim(0) == h * w && packed.dim(1) > 0 &&
-                     packed.dim(1) % 4 == 0,
-                 "unpack_latents: packed {} for a {}x{} grid (expected [h * w, 4C])", packed.describe(), h, w);
-  const int64_t C = packed.dim(1) / 4;
-  DITBATCH_CHECK(divisor.numel() == C && mean.numel() == C,
-                 "unpack_latents: divisor {} and mean {} (expected {} values each, one per channel)",
-                 describe(divisor), describe(mean), C);
-  return C;
+Permutation permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  const auto rank = static_cast<size_t>(x.rank());
+  std::vector<bool> seen(rank, false);
+  bool ok = rank >= 1 && rank <= 6 && dims.size() == rank;
+  for (size_t k = 0; ok && k < dims.size(); ++k) {
+    ok = dims[k] >= 0 && static_cast<size_t>(dims[k]) < rank && !seen[static_cast<size_t>(dims[k])];
+    if (ok) seen[static_cast<size_t>(dims[k])] = true;
+  }
+  DITBATCH_CHECK(ok, "permute: x {} dims [{}] (expected a permutation of its {} axes, rank 1 to 6)", x.describe(),
+                 fmt::join(dims, ", "), x.rank());
+  const size_t elem = dtype_size(x.dtype());
+  DITBATCH_CHECK(elem == 1 || elem == 2 || elem == 4, "permute: x {} (expected elements of 1, 2 or 4 bytes)",
+                 x.describe());
+  std::vector<int64_t> strides(rank);
+  for (int64_t k = x.rank() - 1, stride = 1; k >= 0; stride *= x.dim(k), --k) strides[static_cast<size_t>(k)] = stride;
+  Permutation p{Shape(rank), std::vector<int64_t>(rank)};
+  for (size_t k = 0; k < rank; ++k) {
+    p.out_shape[k] = x.dim(dims[k]);
+    p.in_strides[k] = strides[static_cast<size_t>(dims[k])];
+  }
+  return p;
 }
 
 }  // namespace ditbatch::op_shapes

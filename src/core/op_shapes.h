@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -15,6 +16,8 @@ struct LinearDims {
 };
 
 void same_shape(const char* op, const Tensor& a, const Tensor& b);
+// y has x's shape (returns false) or is a row vector of x.cols() values (returns true: broadcast).
+bool same_shape_or_row_vector(const char* op, const Tensor& x, const Tensor& y);
 // A vector of x.cols() values applied to every row of x (norm weights, gates, shift/scale).
 void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* what);
 // A vector of x.rows() values, one for each row of x (a per-row scale), x of rank 1 or more.
@@ -40,13 +43,13 @@ int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, c
 void embedding(const Tensor& table, const Tensor& ids);
 void image_hwc(const char* op, const Tensor& x);  // one NHWC image [H, W, C]
 
-// The latent grid of one image: C channels, (h, w) tokens of 2x2 latent pixels.
-struct LatentGrid {
-  int64_t channels = 0, h = 0, w = 0;
+// A permutation of x's axes: out_shape[k] = x.dim(dims[k]), and in_strides[k] the element stride
+// of x along that axis (what a loop over the output steps through x by).
+struct Permutation {
+  Shape out_shape;
+  std::vector<int64_t> in_strides;
 };
-// x [C, 2h, 2w] with both sides even and positive.
-LatentGrid pack_latents(const Tensor& x);
-// packed [h * w, 4C] with h, w > 0, divisor and mean [C]: returns C.
-int64_t unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor, const Tensor& mean);
+// dims a permutation of x's axes, rank 1 to 6, elements of 1, 2 or 4 bytes.
+Permutation permute(const Tensor& x, const std::vector<int64_t>& dims);
 
 }  // namespace ditbatch::op_shapes

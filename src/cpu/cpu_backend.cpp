@@ -67,6 +67,12 @@ void expect_f32(const char* op, const Tensor& t, const char* what) {
                  t.defined() ? t.describe() : "undefined");
 }
 
+// The layout ops move elements of any dtype.
+void expect_host(const char* op, const Tensor& t, const char* what) {
+  DITBATCH_CHECK(t.defined() && t.device() == Device::Host, "{}: {} must be a host tensor, got {}", op, what,
+                 t.defined() ? t.describe() : "undefined");
+}
+
 // tanh and exp in place over n values: SLEEF's vector functions where the CPU has them (the tail
 // goes through the same vector function, masked or padded), else the scalar libm function.
 enum class VectorIsa { Avx512, Avx2, None };
@@ -471,22 +477,24 @@ Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
 }
 
 namespace {
-// x[i] = f(x[i], y[i]) for two f32 tensors of one shape: the in-place element-wise ops.
+// x[i] = f(x[i], y[i]) for two f32 tensors of one shape, or with y a row vector applied to
+// every row where the op allows it: the in-place element-wise ops.
 template <typename F>
-void elementwise_inplace(const char* op, Tensor& x, const Tensor& y, F f) {
+void elementwise_inplace(const char* op, Tensor& x, const Tensor& y, bool row_vector_allowed, F f) {
   expect_f32(op, x, "x");
   expect_f32(op, y, "y");
-  op_shapes::same_shape(op, x, y);
+  const bool broadcast = row_vector_allowed ? op_shapes::same_shape_or_row_vector(op, x, y)
+                                            : (op_shapes::same_shape(op, x, y), false);
   float* xp = x.data<float>();
   const float* yp = y.data<float>();
-  const int64_t n = x.numel();
+  const int64_t n = x.numel(), period = broadcast ? x.cols() : n;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xp[i] = f(xp[i], yp[i]);
+  for (int64_t i = 0; i < n; ++i) xp[i] = f(xp[i], yp[broadcast ? i % period : i]);
 }
 }  // namespace
 
 void CpuBackend::add_(Tensor& x, const Tensor& y) {
-  elementwise_inplace("add_", x, y, [](float a, float b) { return a + b; });
+  elementwise_inplace("add_", x, y, true, [](float a, float b) { return a + b; });
 }
 
 void CpuBackend::gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) {
@@ -593,11 +601,11 @@ Tensor CpuBackend::upsample_nearest2x(const Tensor& x) {
 // ---- axpy, division, row scaling, row norms ---------------------------------------------------
 
 void CpuBackend::axpy_(Tensor& x, float alpha, const Tensor& y) {
-  elementwise_inplace("axpy_", x, y, [alpha](float a, float b) { return a + alpha * b; });
+  elementwise_inplace("axpy_", x, y, false, [alpha](float a, float b) { return a + alpha * b; });
 }
 
 void CpuBackend::div_(Tensor& x, const Tensor& y) {
-  elementwise_inplace("div_", x, y, [](float a, float b) { return a / b; });
+  elementwise_inplace("div_", x, y, true, [](float a, float b) { return a / b; });
 }
 
 void CpuBackend::scale_rows_(Tensor& x, const Tensor& s) {
@@ -651,42 +659,41 @@ Tensor CpuBackend::row_norms(const Tensor& x) {
   return out;
 }
 
-// ---- latents and images --------------------------------------------------------------------
+// ---- layout --------------------------------------------------------------------------------
 
-Tensor CpuBackend::pack_latents(const Tensor& x) {
-  expect_f32("pack_latents", x, "x");
-  const op_shapes::LatentGrid g = op_shapes::pack_latents(x);
-  Tensor packed = Tensor::host({g.h * g.w, 4 * g.channels});  // [S, 4C]
-  const float* src = x.data<float>();
-  float* dst = packed.data<float>();
-  for (int64_t i = 0; i < g.h; ++i)
-    for (int64_t j = 0; j < g.w; ++j)
-      for (int64_t c = 0; c < g.channels; ++c)
-        for (int64_t dy = 0; dy < 2; ++dy)
-          for (int64_t dx = 0; dx < 2; ++dx)
-            dst[(i * g.w + j) * 4 * g.channels + c * 4 + dy * 2 + dx] =
-                src[(c * 2 * g.h + 2 * i + dy) * 2 * g.w + 2 * j + dx];
-  return packed;
+namespace {
+// out[o] = x[in(o)] for elements of T: walks the output in order, the input by the permuted
+// strides.
+template <typename T>
+void permute_elements(const T* x, T* out, const Shape& out_shape, const std::vector<int64_t>& in_strides) {
+  const auto rank = out_shape.size();
+  const int64_t n = shape_numel(out_shape);
+  std::vector<int64_t> index(rank, 0);
+  int64_t src = 0;
+  for (int64_t o = 0; o < n; ++o) {
+    out[o] = x[src];
+    for (size_t k = rank; k-- > 0;) {  // odometer step over the output's index
+      src += in_strides[k];
+      if (++index[k] < out_shape[k]) break;
+      src -= in_strides[k] * out_shape[k];
+      index[k] = 0;
+    }
+  }
 }
+}  // namespace
 
-Tensor CpuBackend::unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
-                                  const Tensor& mean) {
-  expect_f32("unpack_latents", packed, "packed");
-  expect_f32("unpack_latents", divisor, "divisor");
-  expect_f32("unpack_latents", mean, "mean");
-  const int64_t C = op_shapes::unpack_latents(packed, h, w, divisor, mean);
-  Tensor z = Tensor::host({2 * h, 2 * w, C});  // NHWC
-  const float* src = packed.data<float>();
-  const float* div = divisor.data<float>();
-  const float* mu = mean.data<float>();
-  float* dst = z.data<float>();
-  for (int64_t y = 0; y < 2 * h; ++y)
-    for (int64_t x = 0; x < 2 * w; ++x)
-      for (int64_t c = 0; c < C; ++c) {
-        const float latent = src[((y / 2) * w + x / 2) * 4 * C + c * 4 + (y % 2) * 2 + x % 2];
-        dst[(y * 2 * w + x) * C + c] = latent / div[c] + mu[c];
-      }
-  return z;
+Tensor CpuBackend::permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  expect_host("permute", x, "x");
+  const auto [out_shape, in_strides] = op_shapes::permute(x, dims);
+  Tensor out = Tensor::host(out_shape, x.dtype());
+  if (out.numel() == 0) return out;
+  switch (dtype_size(x.dtype())) {
+    case 1: permute_elements(x.data<uint8_t>(), out.data<uint8_t>(), out_shape, in_strides); break;
+    case 2: permute_elements(x.data<uint16_t>(), out.data<uint16_t>(), out_shape, in_strides); break;
+    case 4: permute_elements(x.data<uint32_t>(), out.data<uint32_t>(), out_shape, in_strides); break;
+    default: break;  // op_shapes::permute refused it
+  }
+  return out;
 }
 
 int64_t CpuBackend::count_nonfinite(const Tensor& x) {

@@ -56,9 +56,7 @@ class CpuBackend : public Backend {
   Tensor upsample_nearest2x(const Tensor& x) override;
 
 
-  Tensor pack_latents(const Tensor& x) override;
-  Tensor unpack_latents(const Tensor& packed, int64_t h, int64_t w, const Tensor& divisor,
-                        const Tensor& mean) override;
+  Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) override;
   int64_t count_nonfinite(const Tensor& x) override;
 };
 

@@ -15,6 +15,6 @@ std::vector<float> torch_randn(uint64_t seed, int64_t numel);
 // The latents diffusers' prepare_latents draws for one image: randn of shape (1, 1, C, Hl, Wl)
 // returned as [C, Hl, Wl] (host, f32).
 Tensor initial_noise(uint64_t seed, int64_t channels, int64_t latent_h, int64_t latent_w);
-// (Packed to [S, 4C] by Backend::pack_latents.)
+// (Packed to [S, 4C] by pack_latents, model/latent_packing.h.)
 
 }  // namespace ditbatch

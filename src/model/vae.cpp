@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/latent_packing.h"
 
 namespace ditbatch {
 
@@ -216,10 +217,18 @@ Tensor VaeDecoder::run_up_block(size_t index, const Tensor& x) {
   return up_block(w_.up_blocks[index], x);
 }
 
+Tensor VaeDecoder::denormalized_latents(const Tensor& packed, int64_t h, int64_t w) {
+  DITBATCH_CHECK(packed.rank() == 2 && packed.dim(1) == 4 * config_.z_dim && packed.dtype() == DType::F32,
+                 "vae decode: latents {} (expected f32 [h * w, {}])", packed.describe(), 4 * config_.z_dim);
+  Tensor z = unpack_latents_nhwc(be_, packed, h, w);  // [2h, 2w, z_dim] f32
+  // The de-normalisation as diffusers writes it: latents / (1 / std) + mean, rounded in f32.
+  be_.div_(z, latents_divisor_);
+  be_.add_(z, latents_mean_);
+  return z.dtype() == be_.act_dtype() ? z : be_.cast(z, be_.act_dtype());
+}
+
 Tensor VaeDecoder::decode_latents(const Tensor& packed, int64_t h, int64_t w) {
-  DITBATCH_CHECK(packed.rank() == 2 && packed.dim(1) == 4 * config_.z_dim,
-                 "vae decode: latents {} (expected [h * w, {}])", packed.describe(), 4 * config_.z_dim);
-  return decode_nhwc(be_.unpack_latents(packed, h, w, latents_divisor_, latents_mean_));  // [2h, 2w, z_dim]
+  return decode_nhwc(denormalized_latents(packed, h, w));
 }
 
 Tensor VaeDecoder::decode(const Tensor& z) {

@@ -46,6 +46,8 @@ class VaeDecoder {
   // for a grid of h x w tokens. Unpacks and de-normalises them on the backend
   // (z = latents / (1/std) + mean, spec §2.6) and decodes: -> [16h, 16w, 3] (backend), in [-1, 1].
   Tensor decode_latents(const Tensor& packed, int64_t h, int64_t w);
+  // The first half of decode_latents: the decoder's NHWC input [2h, 2w, z_dim] (act dtype).
+  Tensor denormalized_latents(const Tensor& packed, int64_t h, int64_t w);
   // z: an already de-normalised latent [z_dim, h, w] on the host (diffusers' layout, frame axis
   // dropped, as the goldens store it) -> [8h, 8w, 3] (backend), clamped to [-1, 1].
   Tensor decode(const Tensor& z);

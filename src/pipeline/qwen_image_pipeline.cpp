@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "model/lora_merge.h"
+#include "model/latent_packing.h"
 #include "model/noise.h"
 #include "pipeline/postprocess.h"
 #include "pipeline/true_cfg.h"
@@ -154,7 +155,7 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
 
   Stopwatch denoise_watch;
   // torch.randn((1, 1, C, Hl, Wl), generator=manual_seed(seed)) on the host, packed to [S, 4C] on the backend.
-  Tensor latents = be_.pack_latents(be_.upload(initial_noise(job.seed, channels, job.latent_h(), job.latent_w()), DType::F32));
+  Tensor latents = pack_latents(be_, be_.upload(initial_noise(job.seed, channels, job.latent_h(), job.latent_w()), DType::F32));
   const Schedule schedule = make_schedule(scheduler_, static_cast<int>(job.steps), S);
   for (int i = 0; i < schedule.steps(); ++i) {
     // Timestep-only work once per step, shared by the cond and negative passes.

@@ -1,6 +1,7 @@
 #include "selftest/op_cases.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -328,46 +329,30 @@ std::vector<Tensor> upload_inputs(Backend& be, const OpCase& c) {
   return out;
 }
 
-// [C, 2h, 2w] -> [h * w, 4C]: the index formula written out from the spec (qwen-image.md §2.2).
-OpCase pack_latents_case(int64_t C, int64_t h, int64_t w, uint32_t seed) {
-  OpCase c;
-  c.name = fmt::format("pack_latents_C{}_{}x{}", C, h, w);
-  c.nmse_bound = 0.0;
-  c.inputs = {{random_tensor({C, 2 * h, 2 * w}, seed), InputKind::Fp32}};
-  c.run = [](Backend& be, std::vector<Tensor>& in) { return be.pack_latents(in[0]); };
-  c.reference = [C, h, w](const std::vector<Tensor>& in) {
-    std::vector<double> y;
-    for (int64_t i = 0; i < h; ++i)
-      for (int64_t j = 0; j < w; ++j)
-        for (int64_t ch = 0; ch < C; ++ch)
-          for (int64_t dy = 0; dy < 2; ++dy)
-            for (int64_t dx = 0; dx < 2; ++dx) y.push_back(at(in[0], (ch * 2 * h + 2 * i + dy) * 2 * w + 2 * j + dx));
-    return y;
-  };
-  return c;
+// x.permute(dims): each input element's output position computed from its own index (the
+// opposite direction from the backends, which walk the output).
+std::vector<double> permute_f64(const Tensor& x, const std::vector<int64_t>& dims) {
+  const int64_t rank = x.rank();
+  std::vector<int64_t> out_shape(static_cast<size_t>(rank)), index(static_cast<size_t>(rank));
+  for (int64_t k = 0; k < rank; ++k) out_shape[static_cast<size_t>(k)] = x.dim(dims[static_cast<size_t>(k)]);
+  const Tensor xf = x.to_f32();
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t e = 0; e < x.numel(); ++e) {
+    for (int64_t k = rank - 1, rest = e; k >= 0; rest /= x.dim(k), --k) index[static_cast<size_t>(k)] = rest % x.dim(k);
+    int64_t o = 0;
+    for (int64_t k = 0; k < rank; ++k) o = o * out_shape[static_cast<size_t>(k)] + index[static_cast<size_t>(dims[static_cast<size_t>(k)])];
+    y[static_cast<size_t>(o)] = at(xf, e);
+  }
+  return y;
 }
 
-// [h * w, 4C] -> NHWC [2h, 2w, C], / divisor + mean (the VAE's de-normalisation).
-OpCase unpack_latents_case(int64_t C, int64_t h, int64_t w, uint32_t seed) {
+OpCase permute_case(Shape shape, std::vector<int64_t> dims, InputKind kind, uint32_t seed) {
   OpCase c;
-  c.name = fmt::format("unpack_latents_C{}_{}x{}", C, h, w);
-  c.nmse_bound = 1e-14;
-  std::vector<float> divisor = random_floats(static_cast<size_t>(C), seed + 1, 0.2f);
-  for (float& d : divisor) d += 0.5f;  // 1/std of stds around 2
-  c.inputs = {{random_tensor({h * w, 4 * C}, seed, 2.0f), InputKind::Fp32},
-              {Tensor::host_f32({C}, divisor), InputKind::Fp32},
-              {random_tensor({C}, seed + 2, 0.5f), InputKind::Fp32}};
-  c.run = [h, w](Backend& be, std::vector<Tensor>& in) { return be.unpack_latents(in[0], h, w, in[1], in[2]); };
-  c.reference = [C, h, w](const std::vector<Tensor>& in) {
-    std::vector<double> y;
-    for (int64_t yy = 0; yy < 2 * h; ++yy)
-      for (int64_t xx = 0; xx < 2 * w; ++xx)
-        for (int64_t ch = 0; ch < C; ++ch) {
-          const double latent = at(in[0], ((yy / 2) * w + xx / 2) * 4 * C + ch * 4 + (yy % 2) * 2 + xx % 2);
-          y.push_back(latent / at(in[1], ch) + at(in[2], ch));
-        }
-    return y;
-  };
+  c.name = fmt::format("permute_{}_to_{}", fmt::join(shape, "x"), fmt::join(dims, ""));
+  c.nmse_bound = 0.0;
+  c.inputs = {{random_tensor(shape, seed), kind}};
+  c.run = [dims](Backend& be, std::vector<Tensor>& in) { return be.permute(in[0], dims); };
+  c.reference = [dims](const std::vector<Tensor>& in) { return permute_f64(in[0], dims); };
   return c;
 }
 
@@ -579,10 +564,49 @@ std::vector<OpCase> all_op_cases() {
     };
     cases.push_back(c);
   }
-  cases.push_back(pack_latents_case(16, 3, 5, 50));
-  cases.push_back(pack_latents_case(3, 1, 2, 51));
-  cases.push_back(unpack_latents_case(16, 3, 5, 52));
-  cases.push_back(unpack_latents_case(3, 2, 1, 53));
+  cases.push_back(permute_case({5, 7, 3}, {2, 0, 1}, InputKind::Fp32, 50));
+  cases.push_back(permute_case({37, 19}, {1, 0}, InputKind::Activation, 51));
+  cases.push_back(permute_case({3, 2, 2, 5, 2}, {1, 3, 0, 2, 4}, InputKind::Fp32, 52));  // the 2x2 latent packing
+  cases.push_back(permute_case({2, 5, 3, 2, 2}, {0, 3, 1, 4, 2}, InputKind::Fp32, 53));  // and its inverse
+  cases.push_back(permute_case({2, 3, 1, 4, 2, 3}, {5, 3, 1, 0, 4, 2}, InputKind::Activation, 56));
+  {
+    // One-byte elements: the image bytes.
+    OpCase c;
+    c.name = "permute_u8_7x9x3_to_201";
+    c.nmse_bound = 0.0;
+    c.inputs = {{random_tensor({7, 9, 3}, 57, 140.0f), InputKind::Fp32}};
+    c.reference = [](const std::vector<Tensor>& in) {
+      Tensor bytes = Tensor::host(in[0].shape());
+      for (int64_t i = 0; i < in[0].numel(); ++i)
+        bytes.data<float>()[i] = static_cast<float>(std::nearbyint(std::clamp(at(in[0], i) + 120.0, 0.0, 255.0)));
+      return permute_f64(bytes, {2, 0, 1});
+    };
+    c.run = [](Backend& be, std::vector<Tensor>& in) {
+      be.scale_shift_(in[0], 1.0f, 120.0f);
+      return be.permute(be.to_u8(in[0]), {2, 0, 1});
+    };
+    cases.push_back(c);
+  }
+  for (bool divide : {false, true}) {
+    // A row vector broadcast over the rows: the VAE's de-normalisation, latents / (1/std) + mean.
+    OpCase c;
+    c.name = divide ? "div_row_vector" : "add_row_vector";
+    c.nmse_bound = 1e-14;
+    std::vector<float> v = random_floats(16, 58, 0.2f);
+    for (float& d : v) d += 0.5f;  // divisors away from 0
+    c.inputs = {{random_tensor({4, 6, 16}, 59, 2.0f), InputKind::Fp32}, {Tensor::host_f32({16}, v), InputKind::Fp32}};
+    c.run = [divide](Backend& be, std::vector<Tensor>& in) {
+      divide ? be.div_(in[0], in[1]) : be.add_(in[0], in[1]);
+      return in[0];
+    };
+    c.reference = [divide](const std::vector<Tensor>& in) {
+      std::vector<double> y;
+      for (int64_t i = 0; i < in[0].numel(); ++i)
+        y.push_back(divide ? at(in[0], i) / at(in[1], i % 16) : at(in[0], i) + at(in[1], i % 16));
+      return y;
+    };
+    cases.push_back(c);
+  }
   {
     // diffusers' postprocess, numpy's float32 arithmetic: clamp(x * 0.5 + 0.5, 0, 1), * 255,
     // round half to even. Inputs reach past [-1, 1] so that both clamps are exercised.
@@ -722,7 +746,7 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   add("l2_normalize_gamma_length", "l2_normalize", per_column,
       [](On o) { o.be.l2_normalize(o.act({3, 8}, 1), o.weight({4}, 2), 2.0f); });
   add("silu_mul_shapes", "silu_mul", "shapes differ", [](On o) { o.be.silu_mul(o.act({3, 8}, 1), o.act({8, 3}, 2)); });
-  add("add_shapes", "add_", "shapes differ", [](On o) {
+  add("add_shapes", "add_", "expected y of x's shape, or [8]", [](On o) {
     Tensor x = o.f32({3, 8}, 1);
     o.be.add_(x, o.f32({3, 9}, 2));
   });
@@ -762,7 +786,7 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor x = o.f32({4, 8}, 1);
     o.be.axpy_(x, -0.1f, o.f32({8, 4}, 2));
   });
-  add("div_shapes", "div_", "shapes differ", [](On o) {
+  add("div_shapes", "div_", "expected y of x's shape, or [8]", [](On o) {
     Tensor x = o.f32({4, 8}, 1);
     o.be.div_(x, o.f32({4, 7}, 2));
   });
@@ -770,12 +794,14 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor x = o.f32({4, 8}, 1);
     o.be.scale_rows_(x, o.f32({8}, 2));
   });
-  add("pack_latents_odd_height", "pack_latents", "expected [C, 2h, 2w]",
-      [](On o) { o.be.pack_latents(o.f32({4, 5, 6}, 1)); });
-  add("unpack_latents_grid", "unpack_latents", "for a 3x3 grid (expected [h * w, 4C])",
-      [](On o) { o.be.unpack_latents(o.f32({8, 16}, 1), 3, 3, o.f32({4}, 2), o.f32({4}, 3)); });
-  add("unpack_latents_divisor_length", "unpack_latents", "expected 4 values each, one per channel",
-      [](On o) { o.be.unpack_latents(o.f32({6, 16}, 1), 2, 3, o.f32({16}, 2), o.f32({4}, 3)); });
+  add("permute_repeated_axis", "permute", "expected a permutation of its 3 axes",
+      [](On o) { o.be.permute(o.f32({4, 5, 6}, 1), {0, 2, 2}); });
+  add("permute_rank_7", "permute", "rank 1 to 6",
+      [](On o) { o.be.permute(o.f32({1, 2, 1, 2, 1, 2, 3}, 1), {0, 1, 2, 3, 4, 5, 6}); });
+  add("add_row_vector_length", "add_", "expected y of x's shape, or [8]",
+      [](On o) { Tensor x = o.f32({3, 8}, 1); o.be.add_(x, o.f32({7}, 2)); });
+  add("div_row_vector_length", "div_", "expected y of x's shape, or [8]",
+      [](On o) { Tensor x = o.f32({3, 8}, 1); o.be.div_(x, o.f32({3}, 2)); });
   return m;
 }
 
