@@ -187,6 +187,27 @@ task_logs() {
 }
 # count_pngs DIR
 count_pngs() { find "$1" -maxdepth 1 -name '*.png' 2>/dev/null | wc -l; }
+# count_recorded_pngs DIR: the PNGs whose manifest line (manifest.jsonl or a rank's part in
+# .manifest/) says ok: what a resume skips. A rank killed between a PNG's rename and its line's
+# fsync leaves a PNG without one, which is made again.
+count_recorded_pngs() {
+  python3 - "$1" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+ok = set()
+for path in [os.path.join(out, "manifest.jsonl")] + glob.glob(os.path.join(out, ".manifest", "*.jsonl")):
+    if not os.path.isfile(path):
+        continue
+    for line in open(path, encoding="utf-8", errors="replace"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line
+        if isinstance(record, dict) and record.get("status") == "ok" and record.get("file"):
+            ok.add(record["file"])
+print(sum(1 for f in ok if os.path.isfile(os.path.join(out, f))))
+PY
+}
 # wait_pngs DIR N JOBID: until DIR holds N PNGs (fails if the job ends first)
 wait_pngs() {
   local i
@@ -432,9 +453,10 @@ PY
       grep -qxF "SLURM_JOB_ID=$jid" <<<"$env_of" && grep -qxF "SLURM_CONF=$SLURM_CONF" <<<"$env_of" &&
         fail "ditbatch $p of job $jid still runs"
     done
-    first=$(count_pngs "$work/out")
-    [ "$first" -lt $n ] || fail "the job made every image before the kill: the test proves nothing"
-    note "left: $first PNGs, $(find "$work/out" -name '.*.tmp.*' | wc -l) temporary file(s) of killed writers"
+    pngs=$(count_pngs "$work/out")
+    first=$(count_recorded_pngs "$work/out")
+    [ "$pngs" -lt $n ] || fail "the job made every image before the kill: the test proves nothing"
+    note "left: $pngs PNGs ($first with their manifest line), $(find "$work/out" -name '.*.tmp.*' | wc -l) temporary file(s) of killed writers"
     jid2=$(submit "$jobs/generate.sbatch")
     wait_job "$jid2" 120
     expect_state "$jid2" COMPLETED 0
