@@ -11,8 +11,8 @@
 //   add_, gated_add_, clamp_: any mix of f32|bf16, in place
 //   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
 //   axpy_: x f32, y f32|bf16; div_, scale_rows_: f32; add_ and div_ also by a row vector; row_norms: x f32|bf16 -> f32
-//   fused: linear_gelu as linear (-> act dtype); linear_into_ -> dst's dtype; rms_norm_rope_into_
-//   as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
+//   linear -> out's dtype (f32|bf16); attention -> out of any float dtype (q's: no copy);
+//   fused: linear_gelu as linear (-> act dtype); rms_norm_rope as rms_norm then rope; gated_add_layer_norm_modulate_ in one kernel when x is f32 and gate,
 //   shift, scale share one dtype, else the Backend's two-op default
 //   permute: any dtype -> the same dtype;
 //   scale_shift_ f32; to_u8 f32 -> u8; count_nonfinite x f32|bf16
@@ -501,12 +501,11 @@ Tensor CudaBackend::to_host(const Tensor& t) {
   return out;
 }
 
-void CudaBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
-  expect_float("copy_rows_", dst, "dst");
-  expect_float("copy_rows_", src, "src");
-  op_shapes::rows_into("copy_rows_", dst, row, src);
-  char* base = row_ptr(dst, row);
-  cuda::convert(impl_->ctx, src.raw(), src.dtype(), base, dst.dtype(), src.numel());
+void CudaBackend::copy_(const Tensor& dst, const Tensor& src) {
+  expect_float("copy_", dst, "dst");
+  expect_float("copy_", src, "src");
+  op_shapes::output("copy_", dst, src.shape());
+  cuda::convert(impl_->ctx, src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel());
 }
 
 void CudaBackend::synchronize() { impl_->wait("synchronize"); }
@@ -521,24 +520,21 @@ std::optional<Backend::MemoryInfo> CudaBackend::device_memory() {
 
 // ---- dense linear algebra -------------------------------------------------------------------
 
-Tensor CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
   Impl& m = *impl_;
   expect_float("linear", x, "x");
   expect_float("linear", w, "w");
-  DITBATCH_CHECK(out_dtype == DType::F32 || out_dtype == DType::BF16, "linear: output dtype must be f32 or bf16, got {}",
-                 dtype_name(out_dtype));
+  expect_float("linear", out, "out");
+  DITBATCH_CHECK(out.dtype() == DType::F32 || out.dtype() == DType::BF16, "linear: out {} must be f32 or bf16",
+                 out.describe());
   if (bias) expect_float("linear", *bias, "bias");
-  const auto [M, N, K] = op_shapes::linear("linear", x, w, bias);
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor y = m.alloc(out_shape, out_dtype, "linear");
-  if (M == 0 || N == 0) return y;
+  const auto [M, N, K] = op_shapes::linear("linear", x, w, bias, out);
+  if (M == 0 || N == 0) return;
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear: x converted to the weight dtype");
-  const void* bp = m.bias_for(bias, out_dtype, bias_conv, "linear: bias in the output dtype");
-  cuda::linear_gemm(m.ctx, "linear", xp, w.raw(), w.dtype(), y.raw(), out_dtype, M, N, K, bp,
+  const void* bp = m.bias_for(bias, out.dtype(), bias_conv, "linear: bias in the output dtype");
+  cuda::linear_gemm(m.ctx, "linear", xp, w.raw(), w.dtype(), out.raw(), out.dtype(), M, N, K, bp,
                     bp ? cuda::GemmEpilogue::Bias : cuda::GemmEpilogue::None);
-  return y;
 }
 
 Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -566,22 +562,6 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   cuda::linear_gemm(m.ctx, "linear_gelu", xp, w.raw(), w.dtype(), y.raw(), y.dtype(), M, N, K, bp,
                     cuda::GemmEpilogue::GeluBias);
   return y;
-}
-
-void CudaBackend::linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  Impl& m = *impl_;
-  expect_float("linear_into_", dst, "dst");
-  expect_float("linear_into_", x, "x");
-  expect_float("linear_into_", w, "w");
-  expect_float("linear_into_", bias, "bias");
-  const auto [M, N, K] = op_shapes::linear_into("linear_into_", dst, row, x, w, bias);
-  if (M == 0 || N == 0) return;
-  DeviceBlock x_conv, bias_conv;
-  const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_into_: x converted to the weight dtype");
-  const void* bp = m.bias_for(&bias, dst.dtype(), bias_conv, "linear_into_: bias in the output dtype");
-  char* out = row_ptr(dst, row);
-  cuda::linear_gemm(m.ctx, "linear_into_", xp, w.raw(), w.dtype(), out, dst.dtype(), M, N, K, bp,
-                    cuda::GemmEpilogue::Bias);
 }
 
 Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -614,33 +594,20 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
   return y;
 }
 
-Tensor CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) {
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                            const Tensor& out) {
   Impl& m = *impl_;
   expect_float("attention", q, "q");
   expect_float("attention", k, "k");
   expect_float("attention", v, "v");
-  op_shapes::attention(q, k, v, causal);
+  expect_float("attention", out, "out");
+  op_shapes::attention(q, k, v, causal, out);
   DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "attention: q {} k {} v {} must share one dtype",
                  q.describe(), k.describe(), v.describe());
-  Tensor o = m.alloc({q.dim(0), q.dim(1), q.dim(2)}, q.dtype(), "attention");
+  // The kernels write q's dtype: another out dtype goes through a copy.
+  Tensor o = out.dtype() == q.dtype() ? out : m.alloc(q.shape(), q.dtype(), "attention");  // [Lq, H, Dh]
   m.attention_to(q, k, v, o, scale, causal);
-  return o;
-}
-
-void CudaBackend::attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  float scale, bool causal) {
-  Impl& m = *impl_;
-  expect_float("attention_into_", dst, "dst");
-  expect_float("attention_into_", q, "q");
-  expect_float("attention_into_", k, "k");
-  expect_float("attention_into_", v, "v");
-  op_shapes::attention_into(dst, row, q, k, v, causal);
-  DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(),
-                 "attention_into_: q {} k {} v {} must share one dtype", q.describe(), k.describe(), v.describe());
-  // The kernels write their output's dtype: another dst dtype takes the two-op path.
-  if (dst.dtype() != q.dtype()) return Backend::attention_into_(dst, row, q, k, v, scale, causal);
-  Tensor o = dst.slice0(row, row + q.dim(0)).view({q.dim(0), q.dim(1), q.dim(2)});  // [Lq, H, Dh], in dst
-  m.attention_to(q, k, v, o, scale, causal);
+  if (o.raw() != out.raw()) copy_(out, o);
 }
 
 // ---- normalisation --------------------------------------------------------------------------
@@ -759,18 +726,17 @@ void CudaBackend::rope_neox_(Tensor& x, const Tensor& cos, const Tensor& sin) {
                      x.dim(2), false);
 }
 
-void CudaBackend::rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
-                                      const Tensor& cos, const Tensor& sin, float eps) {
-  const char* op = "rms_norm_rope_into_";
-  expect_float(op, dst, "dst");
+void CudaBackend::rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin,
+                                float eps, const Tensor& out) {
+  const char* op = "rms_norm_rope";
+  expect_float(op, out, "out");
   expect_float(op, proj, "proj");
   expect_float(op, weight, "weight");
   expect_cuda(op, cos, "cos");
   expect_cuda(op, sin, "sin");
-  const int64_t H = op_shapes::rms_norm_rope_into(dst, row, proj, weight, cos, sin);
-  char* out = row_ptr(dst, row);
+  const int64_t H = op_shapes::rms_norm_rope(proj, weight, cos, sin, out);
   cuda::rms_norm_rope(impl_->ctx, proj.raw(), proj.dtype(), weight.raw(), weight.dtype(), cos.data<float>(),
-                      sin.data<float>(), out, dst.dtype(), proj.rows(), H, weight.numel(), eps);
+                      sin.data<float>(), out.raw(), out.dtype(), proj.rows(), H, weight.numel(), eps);
 }
 
 Tensor CudaBackend::gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,

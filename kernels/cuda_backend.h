@@ -74,14 +74,16 @@ class CudaBackend final : public Backend {
   Tensor upload(const Tensor& host, DType dtype) override;
   Tensor upload_weight(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
-  void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
+  void copy_(const Tensor& dst, const Tensor& src) override;
   void synchronize() override;
   std::optional<MemoryInfo> device_memory() override;
 
   using Backend::linear;
-  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override;
   Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) override;
+  using Backend::attention;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                 const Tensor& out) override;
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
   Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps) override;
@@ -106,19 +108,15 @@ class CudaBackend final : public Backend {
   Tensor embedding(const Tensor& table, const Tensor& ids) override;
   Tensor upsample_nearest2x(const Tensor& x) override;
 
-
   Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) override;
   int64_t count_nonfinite(const Tensor& x) override;
 
-  // fused: one cuBLASLt call (GELU_BIAS epilogue), a GEMM into rows of dst, one kernel each
+  // fused: one cuBLASLt call (GELU_BIAS epilogue), one kernel each
   Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias) override;
-  void linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias) override;
-  void rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight, const Tensor& cos,
-                           const Tensor& sin, float eps) override;
+  void rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin, float eps,
+                     const Tensor& out) override;
   Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,
                                         const Tensor& scale, float eps) override;
-  void attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                       bool causal) override;
 
   // ---- beyond the Backend interface: tests, benchmarks, diagnostics ----
   const CudaBackendOptions& options() const;

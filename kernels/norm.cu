@@ -233,7 +233,7 @@ void gated_add_layer_norm_modulate(const CudaContext& ctx, float* x, const void*
 void rms_norm_rope(const CudaContext& ctx, const void* proj, DType proj_dtype, const void* weight, DType w_dtype,
                    const float* cos, const float* sin, void* out, DType out_dtype, int64_t tokens, int64_t H,
                    int64_t Dh, float eps) {
-  const char* op = "rms_norm_rope_into_";
+  const char* op = "rms_norm_rope";
   if (tokens < 0 || H <= 0 || Dh <= 0 || Dh % 2 != 0 || Dh > 4096)
     fail(cat(op, ": tokens ", tokens, " H ", H, " Dh ", Dh, " (Dh must be even)"));
   const int64_t head_rows = tokens * H;

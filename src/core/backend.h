@@ -1,5 +1,6 @@
 // The Backend: every operation the models need, behind one interface. Model code is written
-// once against it; the CPU backend is the fp32 reference, the CUDA backend the fast path.
+// once against it. The CPU backend (fp32) runs everything here and is what the CUDA backend, the
+// fast path, is compared with; both are held to the float64 loops of the op cases.
 //
 // Conventions (all backends):
 // - Tensors are dense row-major. "Rows" means all leading dims flattened, the last dim is the
@@ -7,6 +8,10 @@
 // - Activations use act_dtype(); residual streams ask for F32 explicitly. Weights use
 //   weight_dtype(), which upload_weight() converts to (F32 on the CPU, BF16 on a GPU).
 // - Ops ending in '_' update their first argument in place; the others return new tensors.
+// - Where a result belongs in part of a larger tensor (each sample of a CFG batch in one joint
+//   Q), an op takes `out`: a tensor of exactly the result's shape, usually a view of a range of
+//   rows of the larger one (Tensor::slice0). One mechanism for every such op: the view. `out` is
+//   a handle, so it is passed const; its elements are written.
 // - Every op checks its shapes and fails with the op name and the shapes it got.
 #pragma once
 
@@ -41,8 +46,8 @@ class Backend {
     Tensor host = to_host(t);
     return host.dtype() == DType::F32 ? host : host.to_f32();
   }
-  // dst rows [row, row + src.rows) = src (same cols, any float dtypes: converts).
-  virtual void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) = 0;
+  // dst = src (one shape, any float dtypes: converts).
+  virtual void copy_(const Tensor& dst, const Tensor& src) = 0;
   // Waits until all queued work is done (no-op on the CPU).
   virtual void synchronize() = 0;
   // Free and total bytes of the backend's device; none where memory is the host's (CPU).
@@ -52,8 +57,10 @@ class Backend {
   virtual std::optional<MemoryInfo> device_memory() { return std::nullopt; }
 
   // ---- dense linear algebra ----
-  // y[M, N] = x[M, K] w[N, K]^T (+ bias[N]); out_dtype F32 keeps a residual-bound result exact.
-  virtual Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) = 0;
+  // y[M, N] = x[M, K] w[N, K]^T (+ bias[N]) into out [.., N] (x's leading dims), in out's dtype.
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) = 0;
+  // The same into a new tensor; out_dtype F32 keeps a residual-bound result exact.
+  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype);
   Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr) {
     return linear(x, w, bias, act_dtype());
   }
@@ -62,9 +69,11 @@ class Backend {
   virtual Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // Scaled dot-product attention for one sequence:
   // q [Lq, H, Dh], k and v [Lk, Hkv, Dh] with H % Hkv == 0 (GQA: head h reads kv head
-  // h / (H / Hkv)); causal masks key j > query i (requires Lq == Lk). -> [Lq, H, Dh].
-  virtual Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                           bool causal) = 0;
+  // h / (H / Hkv)); causal masks key j > query i (requires Lq == Lk). -> out [Lq, H, Dh].
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                         const Tensor& out) = 0;
+  // The same into a new tensor of q's dtype.
+  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal);
 
   // ---- normalisation (over the last dim, per row) ----
   // RMSNorm: y = (x * 1/sqrt(mean(x^2) + eps)) * weight.
@@ -121,7 +130,7 @@ class Backend {
   // x in another dtype (float dtypes; a new tensor even where the dtype is x's).
   Tensor cast(const Tensor& x, DType dtype) {
     Tensor y = empty(x.shape(), dtype);
-    copy_rows_(y, 0, x);
+    copy_(y, x);
     return y;
   }
 
@@ -135,16 +144,10 @@ class Backend {
 
   // gelu_tanh(x w^T + bias) (the MLP's up projection; cuBLASLt's GELU_BIAS epilogue).
   virtual Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias);
-  // dst rows [row, row + x.rows) = x w^T + bias, in dst's dtype (V straight into the joint V).
-  virtual void linear_into_(Tensor& dst, int64_t row, const Tensor& x, const Tensor& w, const Tensor& bias);
   // Per-head RMSNorm (gain weight [Dh]) then interleaved RoPE (cos, sin [tokens, Dh/2]) of
-  // proj [tokens, H * Dh], written to dst rows [row, row + tokens): the joint Q and K.
-  virtual void rms_norm_rope_into_(Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
-                                   const Tensor& cos, const Tensor& sin, float eps);
-  // attention(q, k, v, scale, causal) as [Lq, H * Dh], written to dst rows [row, row + Lq):
-  // each sample of a CFG batch straight into one output laid out like the joint Q.
-  virtual void attention_into_(Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v,
-                               float scale, bool causal);
+  // proj [tokens, H * Dh], into out [tokens, H * Dh]: the rows of the joint Q and K.
+  virtual void rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin,
+                             float eps, const Tensor& out);
   // x += gate * y, then returns layer_norm_modulate(x, shift, scale, eps): the residual add
   // and the next LayerNorm in one pass over the residual stream.
   virtual Tensor gated_add_layer_norm_modulate_(Tensor& x, const Tensor& gate, const Tensor& y, const Tensor& shift,

@@ -39,9 +39,9 @@ void has_rows(const char* op, const Tensor& x) {
   DITBATCH_CHECK(x.rank() >= 1, "{}: x {} (expected rows: rank 1 or more)", op, x.describe());
 }
 
-void rows_into(const char* op, const Tensor& dst, int64_t row, const Tensor& src) {
-  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == src.cols() && row >= 0 && row + src.rows() <= dst.rows(),
-                 "{}: {} into rows [{}, {}) of {}", op, src.describe(), row, row + src.rows(), dst.describe());
+void output(const char* op, const Tensor& out, const Shape& result) {
+  DITBATCH_CHECK(out.defined() && out.shape() == result, "{}: out {} (expected the result's shape [{}])", op,
+                 describe(out), fmt::join(result, ", "));
 }
 
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias) {
@@ -53,12 +53,11 @@ LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
   return d;
 }
 
-LinearDims linear_into(const char* op, const Tensor& dst, int64_t row, const Tensor& x, const Tensor& w,
-                       const Tensor& bias) {
-  const LinearDims d = linear(op, x, w, &bias);
-  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == d.N && row >= 0 && row + d.M <= dst.rows(),
-                 "{}: x {} w {} into rows [{}, {}) of dst {} (expected dst [>= row + M, N])", op, x.describe(),
-                 w.describe(), row, row + d.M, dst.describe());
+LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+  const LinearDims d = linear(op, x, w, bias);
+  Shape result = x.shape();
+  result.back() = d.N;
+  output(op, out, result);
   return d;
 }
 
@@ -80,12 +79,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   DITBATCH_CHECK(k.dim(0) > 0 || q.dim(0) == 0 || q.dim(2) == 0, "attention: no keys (k {})", k.describe());
 }
 
-void attention_into(const Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out) {
   attention(q, k, v, causal);
-  const int64_t Lq = q.dim(0), width = q.dim(1) * q.dim(2);
-  DITBATCH_CHECK(dst.rank() >= 1 && dst.cols() == width && row >= 0 && row + Lq <= dst.rows(),
-                 "attention_into_: q {} into rows [{}, {}) of dst {} (expected dst [>= row + Lq, H * Dh = {}])",
-                 q.describe(), row, row + Lq, dst.describe(), width);
+  output("attention", out, q.shape());
 }
 
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {
@@ -97,14 +93,14 @@ void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin)
                  sin.describe());
 }
 
-int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
-                           const Tensor& cos, const Tensor& sin) {
-  const char* op = "rms_norm_rope_into_";
+int64_t rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin,
+                      const Tensor& out) {
+  const char* op = "rms_norm_rope";
   const int64_t tokens = proj.rows(), Dh = weight.numel();
   DITBATCH_CHECK(proj.rank() == 2 && Dh > 0 && Dh % 2 == 0 && proj.cols() % Dh == 0,
                  "{}: proj {} (expected [tokens, H * Dh]) with norm weight {} (Dh, even)", op, proj.describe(),
                  weight.describe());
-  rows_into(op, dst, row, proj);
+  output(op, out, proj.shape());
   DITBATCH_CHECK(cos.dtype() == DType::F32 && sin.dtype() == DType::F32 && cos.rank() == 2 && cos.shape() == sin.shape() &&
                      cos.dim(0) == tokens && cos.dim(1) == Dh / 2,
                  "{}: cos {} sin {} (expected f32 [{}, {}])", op, cos.describe(), sin.describe(), tokens, Dh / 2);

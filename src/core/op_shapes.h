@@ -24,21 +24,20 @@ void row_vector(const char* op, const Tensor& x, const Tensor& v, const char* wh
 void per_row(const char* op, const Tensor& x, const Tensor& v, const char* what);
 // x has rows: rank 1 or more.
 void has_rows(const char* op, const Tensor& x);
-// src fits rows [row, row + src.rows) of dst, with the same number of columns.
-void rows_into(const char* op, const Tensor& dst, int64_t row, const Tensor& src);
+// An op's out argument has exactly the result's shape.
+void output(const char* op, const Tensor& out, const Shape& result);
 
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias);
-// linear() whose result lands in rows [row, row + M) of dst.
-LinearDims linear_into(const char* op, const Tensor& dst, int64_t row, const Tensor& x, const Tensor& w,
-                       const Tensor& bias);
+// linear() whose result goes to out [.., N] (x's leading dims).
+LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
-// attention() whose [Lq, H * Dh] result lands in rows [row, row + Lq) of dst.
-void attention_into(const Tensor& dst, int64_t row, const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
+// attention() whose result goes to out [Lq, H, Dh].
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out);
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin);
-// Per-head RMSNorm + RoPE of proj [tokens, H * Dh] into rows of dst: returns H.
-int64_t rms_norm_rope_into(const Tensor& dst, int64_t row, const Tensor& proj, const Tensor& weight,
-                           const Tensor& cos, const Tensor& sin);
+// Per-head RMSNorm + RoPE of proj [tokens, H * Dh] into out of proj's shape: returns H.
+int64_t rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin,
+                      const Tensor& out);
 // table [V, D], host i64 ids [L], every id inside the table (a bad id is the user's input).
 void embedding(const Tensor& table, const Tensor& ids);
 void image_hwc(const char* op, const Tensor& x);  // one NHWC image [H, W, C]

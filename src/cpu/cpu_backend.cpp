@@ -208,28 +208,25 @@ Tensor CpuBackend::to_host(const Tensor& t) {
   return t.clone();
 }
 
-void CpuBackend::copy_rows_(Tensor& dst, int64_t row, const Tensor& src) {
-  expect_f32("copy_rows_", dst, "dst");
-  expect_f32("copy_rows_", src, "src");
-  op_shapes::rows_into("copy_rows_", dst, row, src);
-  std::memcpy(dst.data<float>() + row * dst.cols(), src.data<float>(), src.nbytes());
+void CpuBackend::copy_(const Tensor& dst, const Tensor& src) {
+  expect_f32("copy_", dst, "dst");
+  expect_f32("copy_", src, "src");
+  op_shapes::output("copy_", dst, src.shape());
+  if (src.nbytes() > 0) std::memcpy(dst.raw(), src.raw(), src.nbytes());
 }
 
 // ---- dense linear algebra ------------------------------------------------------------------
 
-Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
   expect_f32("linear", x, "x");
   expect_f32("linear", w, "w");
-  DITBATCH_CHECK(out_dtype == DType::F32, "linear: cpu output dtype must be f32");
+  expect_f32("linear", out, "out");
   if (bias) expect_f32("linear", *bias, "bias");
   // Plain variables, not a structured binding: clang 14 cannot capture one in an OpenMP region.
-  const op_shapes::LinearDims dims = op_shapes::linear("linear", x, w, bias);
+  const op_shapes::LinearDims dims = op_shapes::linear("linear", x, w, bias, out);
   const int64_t M = dims.M, N = dims.N, K = dims.K;
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor y = Tensor::host(out_shape);
-  float* yp = y.data<float>();
-  if (M == 0 || N == 0) return y;
+  float* yp = out.data<float>();
+  if (M == 0 || N == 0) return;
   // As torch's addmm: the output starts as the bias (or zero) and the GEMM adds x w^T to it,
   // which saves a pass over the output.
   if (bias) {
@@ -238,7 +235,6 @@ Tensor CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, 
     for (int64_t i = 0; i < M; ++i) std::memcpy(yp + i * N, b, static_cast<size_t>(N) * sizeof(float));
   }
   gemm_nt(M, N, K, x.data<float>(), K, w.data<float>(), K, bias ? 1.0f : 0.0f, yp, N);
-  return y;
 }
 
 Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -282,17 +278,17 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
 // Blocked attention with an online softmax (FlashAttention's recurrence): memory stays
 // O(block x head_dim) per thread however long the sequence, e.g. the VAE mid-block at 1024^2
 // (16,384 tokens) never materialises its 1 GiB score matrix.
-Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                             bool causal) {
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                           const Tensor& out) {
   expect_f32("attention", q, "q");
   expect_f32("attention", k, "k");
   expect_f32("attention", v, "v");
-  op_shapes::attention(q, k, v, causal);
+  expect_f32("attention", out, "out");
+  op_shapes::attention(q, k, v, causal, out);
   const int64_t Lq = q.dim(0), H = q.dim(1), Dh = q.dim(2), Lk = k.dim(0), Hkv = k.dim(1);
   const int64_t group = H / Hkv;
   constexpr int64_t BQ = 64, BK = 256;
   const int64_t q_blocks = (Lq + BQ - 1) / BQ;
-  Tensor out = Tensor::host({Lq, H, Dh});
   const float* qp = q.data<float>();
   const float* kp = k.data<float>();
   const float* vp = v.data<float>();
@@ -346,7 +342,6 @@ Tensor CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, 
       }
     }
   }
-  return out;
 }
 
 // ---- normalisation -------------------------------------------------------------------------

@@ -1,6 +1,8 @@
-// The CPU backend: the readable fp32 reference of every Backend op (OpenBLAS GEMMs, OpenMP
-// over rows and heads). Each output element is computed by one fixed sequence of operations,
-// whatever the thread count, so results do not depend on OMP_NUM_THREADS.
+// The CPU backend: every Backend op in fp32, fast enough to run the whole pipeline in tests
+// (OpenBLAS GEMMs, SLEEF's vector exp and tanh, OpenMP over rows and heads). Its ops are held
+// to the float64 loops of the op cases; the other backends are held to it. Each output element
+// is computed by one fixed sequence of operations, whatever the thread count, so results do not
+// depend on OMP_NUM_THREADS.
 #pragma once
 
 #include "core/backend.h"
@@ -22,14 +24,15 @@ class CpuBackend : public Backend {
   Tensor upload(const Tensor& host, DType dtype) override;
   Tensor upload_weight(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
-  void copy_rows_(Tensor& dst, int64_t row, const Tensor& src) override;
+  void copy_(const Tensor& dst, const Tensor& src) override;
   void synchronize() override {}
 
   using Backend::linear;
-  Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override;
   Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale,
-                   bool causal) override;
+  using Backend::attention;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                 const Tensor& out) override;
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
   Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,

@@ -300,11 +300,12 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   Tensor text_all = *texts[0].embeds;                    // [L_all, J]
   if (B == 2) {
     Tensor both = be_.empty({B * S, D}, DType::F32);  // [2S, D]: both samples start from the same latents
-    be_.copy_rows_(both, 0, residual.image);
-    be_.copy_rows_(both, S, residual.image);
+    be_.copy_(both.slice0(0, S), residual.image);
+    be_.copy_(both.slice0(S, 2 * S), residual.image);
     residual.image = both;
     text_all = be_.empty({rows.text_rows, c.joint_attention_dim}, texts[0].embeds->dtype());
-    for (int64_t b = 0; b < B; ++b) be_.copy_rows_(text_all, rows.text_row[b], *texts[static_cast<size_t>(b)].embeds);
+    for (int64_t b = 0; b < B; ++b)
+      be_.copy_(text_all.slice0(rows.text_row[b], rows.text_row[b] + L[b]), *texts[static_cast<size_t>(b)].embeds);
   }
   residual.text = w_.txt_in(be_, be_.rms_norm(text_all, w_.txt_norm, c.eps), DType::F32);  // [L_all, D]
 
@@ -369,30 +370,35 @@ QwenImageTransformer::Streams QwenImageTransformer::Block::attention(Backend& be
   for (int64_t b = 0; b < r.samples; ++b) {
     const RopeTables& rope = joint.text_rope[b];
     const int64_t row = r.text_row[b];
-    be.rms_norm_rope_into_(q, r.q_text[b], text_q.slice0(row, row + r.text[b]), norm_added_q, rope.cos, rope.sin,
-                           c.eps);
-    be.rms_norm_rope_into_(k, r.kv_text[b], text_k.slice0(row, row + r.valid[b]), norm_added_k,
-                           rope.cos.slice0(0, r.valid[b]), rope.sin.slice0(0, r.valid[b]), c.eps);
-    add_v_proj.into(be, v, r.kv_text[b], modulated.text.slice0(row, row + r.valid[b]));
+    be.rms_norm_rope(text_q.slice0(row, row + r.text[b]), norm_added_q, rope.cos, rope.sin, c.eps,
+                     q.slice0(r.q_text[b], r.q_text[b] + r.text[b]));
+    be.rms_norm_rope(text_k.slice0(row, row + r.valid[b]), norm_added_k, rope.cos.slice0(0, r.valid[b]),
+                     rope.sin.slice0(0, r.valid[b]), c.eps, k.slice0(r.kv_text[b], r.kv_text[b] + r.valid[b]));
+    add_v_proj.into(be, v.slice0(r.kv_text[b], r.kv_text[b] + r.valid[b]), modulated.text.slice0(row, row + r.valid[b]));
   }
   const RopeTables& image_rope = joint.image_rope;
-  be.rms_norm_rope_into_(q, r.q_image, to_q(be, modulated.image), norm_q, image_rope.cos, image_rope.sin, c.eps);
-  be.rms_norm_rope_into_(k, r.kv_image, to_k(be, modulated.image), norm_k, image_rope.cos, image_rope.sin, c.eps);
-  to_v.into(be, v, r.kv_image, modulated.image);
+  const int64_t image_rows = r.samples * r.image;  // both samples' image rows, adjacent
+  be.rms_norm_rope(to_q(be, modulated.image), norm_q, image_rope.cos, image_rope.sin, c.eps,
+                   q.slice0(r.q_image, r.q_image + image_rows));
+  be.rms_norm_rope(to_k(be, modulated.image), norm_k, image_rope.cos, image_rope.sin, c.eps,
+                   k.slice0(r.kv_image, r.kv_image + image_rows));
+  to_v.into(be, v.slice0(r.kv_image, r.kv_image + image_rows), modulated.image);
 
   // The attention output is laid out as Q: the image rows of both samples stay adjacent.
   Tensor o = be.empty({r.q_rows, D}, be.act_dtype());  // [L_all + B*S, D]
   for (int64_t b = 0; b < r.samples; ++b) {
     const int64_t lq = r.q_length(b), lk = r.kv_length(b);
-    be.attention_into_(o, r.q_start[b], q.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}),
-                       k.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}),
-                       v.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}), joint.scale, false);
+    be.attention(q.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}),
+                 k.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}),
+                 v.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}), joint.scale, false,
+                 o.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}));
   }
   Streams out;
-  out.image = to_out(be, o.slice0(r.q_image, r.q_image + r.samples * r.image), DType::F32);  // [B*S, D]
+  out.image = to_out(be, o.slice0(r.q_image, r.q_image + image_rows), DType::F32);  // [B*S, D]
   out.text = be.empty({r.text_rows, D}, DType::F32);                                         // [L_all, D]
   for (int64_t b = 0; b < r.samples; ++b)
-    to_add_out.into(be, out.text, r.text_row[b], o.slice0(r.q_text[b], r.q_text[b] + r.text[b]));
+    to_add_out.into(be, out.text.slice0(r.text_row[b], r.text_row[b] + r.text[b]),
+                    o.slice0(r.q_text[b], r.q_text[b] + r.text[b]));
   return out;
 }
 

@@ -99,8 +99,10 @@ struct Linear {
   }
   // gelu_tanh(x W^T + b) in one op (the fused ops need the bias: every such layer has one).
   Tensor gelu(Backend& be, const Tensor& x) const { return be.linear_gelu(x, weight, bias); }
-  // dst rows [row, row + x.rows) = x W^T + b.
-  void into(Backend& be, Tensor& dst, int64_t row, const Tensor& x) const { be.linear_into_(dst, row, x, weight, bias); }
+  // out = x W^T + b, in out's dtype (out: often rows of a larger tensor).
+  void into(Backend& be, const Tensor& out, const Tensor& x) const {
+    be.linear(x, weight, bias.defined() ? &bias : nullptr, out);
+  }
 };
 
 // Where a Linear's result goes. Act: the next op's input, in the activation dtype. F32: a

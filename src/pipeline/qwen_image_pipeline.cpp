@@ -68,8 +68,7 @@ PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, Stag
   out.tokens = tokens.keep_count;
   out.available = static_cast<int64_t>(tokens.ids.size()) - tokens.keep_first;
   out.uncut = tokens.uncut_count - tokens.keep_first;
-  out.embeds = be_.empty({tokens.keep_count, hidden.dim(1)}, DType::F32);
-  be_.copy_rows_(out.embeds, 0, hidden.slice0(tokens.keep_first, tokens.keep_first + tokens.keep_count));
+  out.embeds = be_.cast(hidden.slice0(tokens.keep_first, tokens.keep_first + tokens.keep_count), DType::F32);
   be_.synchronize();
   if (times) times->text_encoder += watch.seconds();
   return out;

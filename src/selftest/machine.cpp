@@ -24,7 +24,10 @@ Tensor device_filled(Backend& be, int64_t rows, int64_t cols, uint32_t seed) {
     v = static_cast<float>(s >> 8) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
   }
   const Tensor piece = be.upload(Tensor::host_f32({block, cols}, host), be.act_dtype());
-  for (int64_t r = 0; r < rows; r += block) be.copy_rows_(out, r, r + block <= rows ? piece : piece.slice0(0, rows - r));
+  for (int64_t r = 0; r < rows; r += block) {
+    const int64_t n = std::min(block, rows - r);
+    be.copy_(out.slice0(r, r + n), piece.slice0(0, n));
+  }
   be.synchronize();
   return out;
 }
@@ -73,7 +76,7 @@ Measurement measure_copy(Backend& be, int64_t bytes) {
   Measurement m;
   m.name = fmt::format("device copy {:.0f} MB", static_cast<double>(src.nbytes()) / 1e6);
   m.metric = "copy";
-  m.seconds = median_seconds(be, [&] { be.copy_rows_(dst, 0, src); });
+  m.seconds = median_seconds(be, [&] { be.copy_(dst, src); });
   m.value = moved / m.seconds / 1e9;
   m.unit = "GB/s";
   m.counted = fmt::format("{:.3g} GB a call (read + written)", moved / 1e9);

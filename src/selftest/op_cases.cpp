@@ -172,9 +172,9 @@ OpCase linear_gelu_case(int64_t M, int64_t K, int64_t N, uint32_t seed) {
   return c;
 }
 
-// Turns case c (whose result is a new [rows, width] tensor) into its "_into_" form: one more
-// input, a random dst [dst_rows, width], which run_into writes at rows [row, row + rows). The
-// reference is dst with c's reference placed there: the other rows must keep their values.
+// Turns case c (whose result is a new [rows, width] tensor) into its `out` form: one more
+// input, a random dst [dst_rows, width], whose rows [row, row + rows) run_into passes as out.
+// The reference is dst with c's reference placed there: the other rows must keep their values.
 void into_random_dst(OpCase& c, int64_t row, int64_t dst_rows, int64_t width, uint32_t seed,
                      std::function<void(Backend&, std::vector<Tensor>&)> run_into) {
   const size_t dst = c.inputs.size();
@@ -193,31 +193,31 @@ void into_random_dst(OpCase& c, int64_t row, int64_t dst_rows, int64_t width, ui
   };
 }
 
-// Rows [row, row + M) of a random dst [M + 5, N].
-OpCase linear_into_case(int64_t M, int64_t K, int64_t N, int64_t row, uint32_t seed) {
+// linear() into rows [row, row + M) of a random dst [M + 5, N].
+OpCase linear_rows_case(int64_t M, int64_t K, int64_t N, int64_t row, uint32_t seed) {
   OpCase c = linear_case(M, K, N, true, seed);
-  c.name = fmt::format("linear_into_M{}_K{}_N{}_row{}", M, K, N, row);
-  into_random_dst(c, row, M + 5, N, seed + 3, [row](Backend& be, std::vector<Tensor>& in) {
-    be.linear_into_(in[3], row, in[0], in[1], in[2]);
+  c.name = fmt::format("linear_rows_M{}_K{}_N{}_row{}", M, K, N, row);
+  into_random_dst(c, row, M + 5, N, seed + 3, [row, M](Backend& be, std::vector<Tensor>& in) {
+    be.linear(in[0], in[1], &in[2], in[3].slice0(row, row + M));
   });
   return c;
 }
 
 // attention() into rows [row, row + Lq) of a random dst [Lq + 5, H * Dh].
-OpCase attention_into_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
+OpCase attention_rows_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
   OpCase c = attention_case(Lq, Lk, H, H, Dh, false, seed);
-  c.name = fmt::format("attention_into_Lq{}_Lk{}_H{}_D{}_row{}", Lq, Lk, H, Dh, row);
+  c.name = fmt::format("attention_rows_Lq{}_Lk{}_H{}_D{}_row{}", Lq, Lk, H, Dh, row);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
-  into_random_dst(c, row, Lq + 5, H * Dh, seed + 3, [row, scale](Backend& be, std::vector<Tensor>& in) {
-    be.attention_into_(in[3], row, in[0], in[1], in[2], scale, false);
+  into_random_dst(c, row, Lq + 5, H * Dh, seed + 3, [=](Backend& be, std::vector<Tensor>& in) {
+    be.attention(in[0], in[1], in[2], scale, false, in[3].slice0(row, row + Lq).view({Lq, H, Dh}));
   });
   return c;
 }
 
 // proj [T, H * Dh] normalised per head, rotated, into rows [row, row + T) of a random dst.
-OpCase rms_norm_rope_into_case(int64_t T, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
+OpCase rms_norm_rope_rows_case(int64_t T, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
   OpCase c;
-  c.name = fmt::format("rms_norm_rope_into_T{}_H{}_D{}_row{}", T, H, Dh, row);
+  c.name = fmt::format("rms_norm_rope_rows_T{}_H{}_D{}_row{}", T, H, Dh, row);
   c.nmse_bound = 1e-12;
   const int64_t half = Dh / 2, D = H * Dh, rows = T + row + 3;
   std::vector<float> angles = random_floats(static_cast<size_t>(T * half), seed + 1, 50.0f);
@@ -228,8 +228,8 @@ OpCase rms_norm_rope_into_case(int64_t T, int64_t H, int64_t Dh, int64_t row, ui
               {random_tensor({Dh}, seed + 4), InputKind::Weight},
               {Tensor::host_f32({T, half}, cs), InputKind::Fp32},
               {Tensor::host_f32({T, half}, sn), InputKind::Fp32}};
-  c.run = [row](Backend& be, std::vector<Tensor>& in) {
-    be.rms_norm_rope_into_(in[0], row, in[1], in[2], in[3], in[4], 1e-6f);
+  c.run = [row, T](Backend& be, std::vector<Tensor>& in) {
+    be.rms_norm_rope(in[1], in[2], in[3], in[4], 1e-6f, in[0].slice0(row, row + T));
     return in[0];
   };
   c.reference = [=](const std::vector<Tensor>& in) {
@@ -684,15 +684,15 @@ std::vector<OpCase> all_op_cases() {
   }
   cases.push_back(linear_gelu_case(37, 70, 19, 40));
   cases.push_back(linear_gelu_case(64, 96, 256, 41));
-  cases.push_back(linear_into_case(37, 70, 24, 3, 42));
-  cases.push_back(linear_into_case(8, 16, 64, 0, 43));
-  cases.push_back(rms_norm_rope_into_case(11, 3, 16, 4, 44));
-  cases.push_back(rms_norm_rope_into_case(9, 2, 128, 0, 45));  // the DiT's head dim
+  cases.push_back(linear_rows_case(37, 70, 24, 3, 42));
+  cases.push_back(linear_rows_case(8, 16, 64, 0, 43));
+  cases.push_back(rms_norm_rope_rows_case(11, 3, 16, 4, 44));
+  cases.push_back(rms_norm_rope_rows_case(9, 2, 128, 0, 45));  // the DiT's head dim
   cases.push_back(gated_add_ln_case(false, 33, 48, 46));
   cases.push_back(gated_add_ln_case(true, 33, 48, 46));
   cases.push_back(gated_add_ln_case(false, 5, 3072, 47));  // the DiT's width: 96 columns per lane
-  cases.push_back(attention_into_case(37, 50, 2, 16, 4, 48));
-  cases.push_back(attention_into_case(20, 20, 2, 128, 0, 49));  // the DiT's head dim
+  cases.push_back(attention_rows_case(37, 50, 2, 16, 4, 48));
+  cases.push_back(attention_rows_case(20, 20, 2, 128, 0, 49));  // the DiT's head dim
   return cases;
 }
 
@@ -721,9 +721,9 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   });
   add("linear_gelu_bias_length", "linear_gelu", "for N = 6",
       [](On o) { o.be.linear_gelu(o.act({4, 8}, 1), o.weight({6, 8}, 2), o.weight({7}, 3)); });
-  add("linear_into_past_the_end", "linear_into_", "into rows [3, 7)", [](On o) {
-    Tensor dst = o.f32({6, 6}, 4);
-    o.be.linear_into_(dst, 3, o.act({4, 8}, 1), o.weight({6, 8}, 2), o.weight({6}, 3));
+  add("linear_out_shape", "linear", "out f32[3, 6] (expected the result's shape [4, 6])", [](On o) {
+    const Tensor b = o.weight({6}, 3);
+    o.be.linear(o.act({4, 8}, 1), o.weight({6, 8}, 2), &b, o.f32({6, 6}, 4).slice0(3, 6));
   });
   add("conv_weight_not_9_cin", "conv2d_3x3", "expected [Cout, 9*Cin]",
       [](On o) { o.be.conv2d_3x3(o.act({4, 4, 3}, 1), o.weight({2, 24}, 2), o.weight({2}, 3)); });
@@ -735,9 +735,9 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor kv = o.be.empty({0, 2, 8}, o.be.act_dtype());
     o.be.attention(o.act({5, 2, 8}, 1), kv, kv, 0.3f, false);
   });
-  add("attention_into_past_the_end", "attention_into_", "into rows [3, 8)", [](On o) {
-    Tensor dst = o.act({7, 16}, 4);
-    o.be.attention_into_(dst, 3, o.act({5, 2, 8}, 1), o.act({6, 2, 8}, 2), o.act({6, 2, 8}, 3), 0.3f, false);
+  add("attention_out_shape", "attention", "(expected the result's shape [5, 2, 8])", [](On o) {
+    const Tensor out = o.act({7, 16}, 4).slice0(3, 7).view({4, 2, 8});
+    o.be.attention(o.act({5, 2, 8}, 1), o.act({6, 2, 8}, 2), o.act({6, 2, 8}, 3), 0.3f, false, out);
   });
   add("rms_norm_weight_length", "rms_norm", per_column,
       [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });
@@ -762,22 +762,19 @@ std::vector<ShapeMistake> all_shape_mistakes() {
     Tensor x = o.act({5, 2, 7}, 1);
     o.be.rope_neox_(x, o.f32({5, 3}, 2), o.f32({5, 3}, 3));
   });
-  add("rms_norm_rope_into_heads", "rms_norm_rope_into_", "expected [tokens, H * Dh]", [](On o) {
-    Tensor dst = o.act({5, 20}, 1);
-    o.be.rms_norm_rope_into_(dst, 0, o.act({5, 20}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f);
+  add("rms_norm_rope_heads", "rms_norm_rope", "expected [tokens, H * Dh]", [](On o) {
+    o.be.rms_norm_rope(o.act({5, 20}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f, o.act({5, 20}, 1));
   });
-  add("rms_norm_rope_into_past_the_end", "rms_norm_rope_into_", "into rows [2, 7)", [](On o) {
-    Tensor dst = o.act({6, 16}, 1);
-    o.be.rms_norm_rope_into_(dst, 2, o.act({5, 16}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f);
+  add("rms_norm_rope_out_shape", "rms_norm_rope", "(expected the result's shape [5, 16])", [](On o) {
+    o.be.rms_norm_rope(o.act({5, 16}, 2), o.weight({8}, 3), o.f32({5, 4}, 4), o.f32({5, 4}, 5), 1e-6f,
+                       o.act({6, 16}, 1).slice0(2, 6));
   });
   add("gated_add_layer_norm_modulate_shift_length", "gated_add_layer_norm_modulate_", per_column, [](On o) {
     Tensor x = o.f32({3, 8}, 1);
     o.be.gated_add_layer_norm_modulate_(x, o.act({8}, 2), o.act({3, 8}, 3), o.act({6}, 4), o.act({8}, 5), 1e-6f);
   });
-  add("copy_rows_past_the_end", "copy_rows_", "into rows [4, 7)", [](On o) {
-    Tensor dst = o.f32({6, 8}, 1);
-    o.be.copy_rows_(dst, 4, o.f32({3, 8}, 2));
-  });
+  add("copy_shapes", "copy_", "out f32[2, 8] (expected the result's shape [3, 8])",
+      [](On o) { o.be.copy_(o.f32({6, 8}, 1).slice0(4, 6), o.f32({3, 8}, 2)); });
   add("embedding_id_outside_the_table", "", "token id 9 at position 1 is outside the embedding table",
       [](On o) { o.be.embedding(o.weight({9, 4}, 1), ids_tensor({2, 9, 0})); });
   add("upsample_not_an_image", "upsample_nearest2x", "expected [H, W, C]",

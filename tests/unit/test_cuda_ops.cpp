@@ -222,10 +222,10 @@ TEST(CudaDtypes, TheModelsCombinations) {
   EXPECT_LE(test::nmse(be->to_host_f32(xg), xc), 1e-14);
   // silu of an f32 tensor stays f32 (the timestep embedding)
   EXPECT_EQ(be->silu(xd).dtype(), DType::F32);
-  // copy_rows_ between dtypes, at a row offset
+  // copy_ between dtypes, into a range of rows
   Tensor dst = be->empty({R + 5, C}, DType::F32);
-  be->copy_rows_(dst, 0, be->upload(test::random_tensor({5, C}, 406), DType::F32));
-  be->copy_rows_(dst, 5, be->upload(xf, DType::BF16));
+  be->copy_(dst.slice0(0, 5), be->upload(test::random_tensor({5, C}, 406), DType::F32));
+  be->copy_(dst.slice0(5, R + 5), be->upload(xf, DType::BF16));
   Tensor back = be->to_host_f32(dst);
   EXPECT_EQ(count_non_finite(back), 0);
   EXPECT_LE(test::nmse(back.slice0(5, R + 5), selftest::round_bf16(xf)), 1e-14);

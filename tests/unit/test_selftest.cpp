@@ -33,8 +33,10 @@ class FaultyBackend final : public CpuBackend {
     if (fault_ == Fault::GeluLeavesANaN) y.data<float>()[1] = std::nanf("");
     return y;
   }
-  Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal) override {
-    return CpuBackend::attention(q, k, v, fault_ == Fault::AttentionScaleOff ? scale * 1.02f : scale, causal);
+  using CpuBackend::attention;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
+                 const Tensor& out) override {
+    CpuBackend::attention(q, k, v, fault_ == Fault::AttentionScaleOff ? scale * 1.02f : scale, causal, out);
   }
 
  private:
@@ -50,7 +52,7 @@ selftest::BackendFactory faulty(FaultyBackend::Fault f) {
 TEST(Selftest, OpFamiliesNameTheOp) {
   EXPECT_EQ(selftest::op_family("linear_M37_K70_N19_bias"), "linear");
   EXPECT_EQ(selftest::op_family("conv2d_3x3_5x7_6to4"), "conv2d");
-  EXPECT_EQ(selftest::op_family("attention_into_Lq37_Lk50_H2_D16_row4"), "attention_into");
+  EXPECT_EQ(selftest::op_family("attention_rows_Lq37_Lk50_H2_D16_row4"), "attention_rows");
   EXPECT_EQ(selftest::op_family("rope_neox_L11_H3_D16"), "rope_neox");
   EXPECT_EQ(selftest::op_family("permute_5x7x3_to_201"), "permute");
   EXPECT_EQ(selftest::op_family("clamp_"), "clamp_");
@@ -78,7 +80,7 @@ TEST(Selftest, AWrongOpFailsNamingIt) {
   EXPECT_EQ(nan.verdict(), "FAIL: ops f32/gelu_tanh, ops f32/linear_gelu_M37_K70_N19") << nan.table(false);
   EXPECT_NE(nan.table(false).find("1 NaN/Inf (or unwritten) element(s)"), std::string::npos) << nan.table(false);
 
-  // Every attention case fails (attention_into_'s default calls attention), the other ops pass.
+  // Every attention case fails (into rows or not), the other ops pass.
   selftest::Report attention;
   selftest::check_ops(attention, faulty(FaultyBackend::Fault::AttentionScaleOff), {DType::F32}, false);
   for (const auto& row : attention.checks())
