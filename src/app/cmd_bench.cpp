@@ -33,8 +33,9 @@
 #include "convert/convert.h"
 #include "io/diffusers_export.h"
 #include "io/weight_store.h"
-#include "model/random_weights.h"
 #include "convert/tiny_pipeline.h"
+#include "model/pipeline_configs.h"
+#include "model/random_weights.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
@@ -48,42 +49,39 @@ namespace fs = std::filesystem;
 
 // ---- named configurations ------------------------------------------------------------------
 
-// tiny: make-tiny's models. small: a 4-block DiT with the real joint dim, the size that the
-// CPU comparison with diffusers runs. real: the published Qwen-Image configs.
+// tiny: make-tiny's models; real: the published Qwen-Image configs (both model/pipeline_configs).
+// small: each component at a size between them, the one the CPU comparison with diffusers runs
+// for the DiT (4 blocks with the real joint dim); bench's own.
 using Presets = std::vector<std::pair<std::string, std::string>>;
 
+Presets presets_of(std::string PipelineConfigs::* component, std::string small) {
+  return {{"tiny", tiny_pipeline_configs().*component}, {"small", std::move(small)},
+          {"real", real_pipeline_configs().*component}};
+}
+
 const Presets& dit_presets() {
-  static const Presets presets = {
-      {"tiny", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 2, "attention_head_dim": 32,
-                   "num_attention_heads": 2, "joint_attention_dim": 64, "axes_dims_rope": [8, 12, 12]})"},
-      {"small", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 4, "attention_head_dim": 64,
-                    "num_attention_heads": 8, "joint_attention_dim": 3584, "axes_dims_rope": [16, 24, 24]})"},
-      {"real", R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 60, "attention_head_dim": 128,
-                   "num_attention_heads": 24, "joint_attention_dim": 3584, "axes_dims_rope": [16, 56, 56]})"},
-  };
+  static const Presets presets = presets_of(
+      &PipelineConfigs::transformer,
+      R"({"patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 4, "attention_head_dim": 64,
+          "num_attention_heads": 8, "joint_attention_dim": 3584, "axes_dims_rope": [16, 24, 24]})");
   return presets;
 }
 
 const Presets& vae_presets() {
-  // The decoder never reads latents_mean/std (bench decodes z directly); from() wants z_dim of each.
-  auto config = [](int base_dim) {
-    return fmt::format(R"({{"base_dim": {}, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
-                            "temperal_downsample": [false, true, true], "latents_mean": [{}], "latents_std": [{}]}})",
-                       base_dim, fmt::join(std::vector<int>(16, 0), ", "), fmt::join(std::vector<int>(16, 1), ", "));
-  };
-  static const Presets presets = {{"tiny", config(16)}, {"small", config(48)}, {"real", config(96)}};
+  static const Presets presets = [] {
+    // The small VAE: the real one at half its base width.
+    nlohmann::json small = nlohmann::json::parse(real_pipeline_configs().vae);
+    small["base_dim"] = 48;
+    return presets_of(&PipelineConfigs::vae, small.dump());
+  }();
   return presets;
 }
 
 const Presets& text_presets() {
-  static const Presets presets = {
-      {"tiny", R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                   "intermediate_size": 128, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
-      {"small", R"({"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-                    "intermediate_size": 1536, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
-      {"real", R"({"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-                   "intermediate_size": 18944, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})"},
-  };
+  static const Presets presets = presets_of(
+      &PipelineConfigs::text_encoder,
+      R"({"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+          "intermediate_size": 1536, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0})");
   return presets;
 }
 
@@ -123,14 +121,6 @@ std::pair<int64_t, int64_t> parse_size(const std::string& text, int64_t multiple
   if (width % multiple || height % multiple)
     fail_input("--size {}: width and height must be multiples of {}", text, multiple);
   return {width, height};
-}
-
-// A deterministic random input tensor (the Uniform draw at unit scale: not zeros, no denormals).
-Tensor random_input(const std::string& name, const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::host(shape, DType::F32);
-  fill_random(seed, WeightSpec{name, shape, WeightInit::Embedding, "bench input"}, RandomDraw::Uniform,
-              t.data<float>());
-  return t;
 }
 
 // Times of the timed calls and the figures derived from them.
@@ -537,7 +527,7 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
                  kWeightFormatVersion);
     Stopwatch written;
     write_random_pipeline({.out = lo.out,
-                           .configs = real_width_pipeline_configs(lo.layers),
+                           .configs = real_width_pipeline_configs(lo.layers, lo.layers),
                            .dtype = dtype,
                            .format_version = lo.format_version,
                            .seed = o.seed,

@@ -1,7 +1,13 @@
 #include "model/random_weights.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <random>
+
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace ditbatch {
 namespace {
@@ -101,12 +107,47 @@ std::vector<float> random_values(uint64_t seed, const WeightSpec& spec) {
   return v;
 }
 
-Tensor RandomWeights::bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) {
+namespace {
+Tensor in_dtype(Tensor t, DType dtype) {
+  if (dtype == DType::F32) return t;
+  Tensor out = Tensor::host(t.shape(), dtype);
+  convert_from_f32(t.data<float>(), out.raw(), dtype, static_cast<size_t>(t.numel()));
+  return out;
+}
+}  // namespace
+
+Tensor random_input(const std::string& name, const Shape& shape, uint64_t seed, DType dtype, float sd) {
   Tensor t = Tensor::host(shape, DType::F32);
-  fill_random(seed_, WeightSpec{name, shape, init, why}, draw_, t.data<float>());
+  fill_random(seed, WeightSpec{name, shape, WeightInit::Embedding, "random input"}, RandomDraw::Uniform,
+              t.data<float>());
+  if (sd != 1.0f)
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= sd;
+  return in_dtype(std::move(t), dtype);
+}
+
+RandomWeights::RandomWeights(uint64_t seed, RandomDraw draw, RandomReuse reuse, DType dtype)
+    : seed_(seed), draw_(draw), reuse_(reuse), dtype_(dtype) {
+  DITBATCH_CHECK(dtype == DType::F32 || dtype == DType::BF16, "random weights: dtype {} (expected f32 or bf16)",
+                 dtype_name(dtype));
+}
+
+Tensor RandomWeights::make(const WeightSpec& spec) const {
+  Tensor t = Tensor::host(spec.shape, DType::F32);
+  fill_random(seed_, spec, draw_, t.data<float>());
+  return in_dtype(std::move(t), dtype_);
+}
+
+Tensor RandomWeights::bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) {
   ++tensors_;
-  values_ += t.numel();
-  return t;
+  values_ += shape_numel(shape);
+  if (reuse_ == RandomReuse::PerTensor) return make(WeightSpec{name, shape, init, why});
+  const auto key = std::make_pair(shape, static_cast<int>(init));
+  auto it = shared_.find(key);
+  if (it == shared_.end())
+    it = shared_.emplace(key, make(WeightSpec{fmt::format("shared {} {}", fmt::join(shape, "x"), key.second), shape,
+                                              init, why}))
+             .first;
+  return it->second;
 }
 
 }  // namespace ditbatch

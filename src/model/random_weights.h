@@ -13,6 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/weights.h"
@@ -26,18 +29,36 @@ void fill_random(uint64_t seed, const WeightSpec& spec, RandomDraw draw, float* 
 // The make-tiny values of one tensor (the Normal draw).
 std::vector<float> random_values(uint64_t seed, const WeightSpec& spec);
 
-// A WeightBinder that makes every bound tensor from its spec instead of reading it.
+// A deterministic random input tensor of a benchmark: the Uniform draw with mean 0 and
+// standard deviation sd (never zeros, no denormals), in f32 or bf16.
+Tensor random_input(const std::string& name, const Shape& shape, uint64_t seed, DType dtype = DType::F32,
+                    float sd = 1.0f);
+
+// How many host tensors a RandomWeights makes. PerTensor: each bound tensor its own values.
+// PerShape: one per (shape, init), handed out for every tensor of that shape (values then
+// follow the shape, not the name): the real 20B transformer binds in seconds, and each weight
+// still gets its own device copy (upload_weight), so a GPU's memory and bandwidth are those of
+// the real model.
+enum class RandomReuse { PerTensor, PerShape };
+
+// A WeightBinder that makes every bound tensor from its spec instead of reading it, as host
+// tensors of `dtype` (f32 or bf16).
 class RandomWeights final : public WeightBinder {
  public:
-  explicit RandomWeights(uint64_t seed, RandomDraw draw = RandomDraw::Normal) : seed_(seed), draw_(draw) {}
+  explicit RandomWeights(uint64_t seed, RandomDraw draw = RandomDraw::Normal,
+                         RandomReuse reuse = RandomReuse::PerTensor, DType dtype = DType::F32);
   Tensor bind(const std::string& name, const Shape& shape, WeightInit init, const std::string& why) override;
 
   int64_t tensors() const { return tensors_; }
   int64_t values() const { return values_; }  // parameters bound so far
 
  private:
+  Tensor make(const WeightSpec& spec) const;
   uint64_t seed_;
   RandomDraw draw_;
+  RandomReuse reuse_;
+  DType dtype_;
+  std::map<std::pair<Shape, int>, Tensor> shared_;
   int64_t tensors_ = 0;
   int64_t values_ = 0;
 };

@@ -9,6 +9,7 @@
 #include "golden.h"
 #include "io/h5.h"
 #include "model/transformer.h"
+#include "model/pipeline_configs.h"
 
 using namespace ditbatch;
 using test::batch_row;
@@ -149,7 +150,7 @@ TEST(TransformerGolden, ConditioningAtLoadHasTheSameBits) {
   }
   // When it pays: tables of at most half the weights' bytes (Qwen-Image in bf16: ~8.9 MB per
   // model time against 13.6 GB of modulation weights).
-  const TransformerConfig real;
+  const TransformerConfig real = parse_model_configs(real_pipeline_configs(), "test").transformer;
   EXPECT_EQ(QwenImageTransformer::conditioning_bytes(real, 50), int64_t{50} * (1 + 12 * 60 + 2) * 3072 * 4);
   EXPECT_TRUE(QwenImageTransformer::conditioning_at_load_pays(real, 50, 2));
   EXPECT_FALSE(QwenImageTransformer::conditioning_at_load_pays(real, 800, 2));
@@ -158,7 +159,7 @@ TEST(TransformerGolden, ConditioningAtLoadHasTheSameBits) {
 
 TEST(TransformerGolden, FlopCountOfTheRealModel) {
   // 1024^2 with 20 text tokens: 60 blocks of 2*T*(4D^2 + 2DF) + 4*T^2*D, plus the in/out layers.
-  TransformerConfig real;
+  const TransformerConfig real = parse_model_configs(real_pipeline_configs(), "test").transformer;
   const double T = 4096 + 20, D = 3072, F = 12288;
   const double expected = 60 * (2 * T * (4 * D * D + 2 * D * F) + 4 * T * T * D) +
                           2 * (4096 * 64 * D + 20 * 3584 * D + 4096 * D * 64);

@@ -10,6 +10,7 @@
 #include "io/h5.h"
 #include "model/noise.h"
 #include "model/vae.h"
+#include "model/pipeline_configs.h"
 #include "pipeline/postprocess.h"
 
 using namespace ditbatch;
@@ -130,9 +131,7 @@ class RegeneratedWeights final : public WeightBinder {
 TEST(VaeGolden, RealConfigFirstUpBlock) {
   h5::File f = h5::File::open_read(test::golden("vae.h5"));
   h5::Group g = f.root().open_group("real_up_block0");
-  VaeConfig real;  // base_dim 96, dim_mult [1, 2, 4, 4]: the published config
-  real.latents_mean.assign(16, 0.0f);
-  real.latents_std.assign(16, 1.0f);
+  const VaeConfig real = parse_model_configs(real_pipeline_configs(), "test").vae;  // base_dim 96, dim_mult [1, 2, 4, 4]
   RegeneratedWeights binder(g.open_group("params"));  // named as the decoder names them
   CpuBackend be;
   VaeDecoder vae(be, real, binder);

@@ -30,6 +30,8 @@
 #include "core/timer.h"
 #include "cuda_backend.h"
 #include "cuda_device.h"
+#include "model/pipeline_configs.h"
+#include "model/random_weights.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
@@ -70,62 +72,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// SplitMix64: element i of a stream is a hash of (key, i), so filling is parallel and fast.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Uniform values with the given mean and standard deviation, in f32 or bf16.
-Tensor random_host(const Shape& shape, DType dtype, uint64_t key, float mean, float sd) {
-  Tensor t = Tensor::host(shape, dtype);
-  const int64_t n = t.numel();
-  const float half_width = std::sqrt(3.0f) * sd;
-  float* f = dtype == DType::F32 ? t.data<float>() : nullptr;
-  uint16_t* h = dtype == DType::BF16 ? t.data<uint16_t>() : nullptr;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = static_cast<float>(mix64(key + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull) >> 40) * 0x1p-23f - 1.0f;
-    const float v = mean + half_width * u;
-    if (f) f[i] = v;
-    else h[i] = f32_to_bf16(v);
-  }
-  return t;
-}
-
-// Random weights for timing: one host tensor per (shape, kind), handed out for every tensor of
-// that shape, so that 20B parameters upload in seconds; each weight still gets its own device
-// copy (upload_weight), so memory and bandwidth are those of the real model.
-class BenchWeights final : public WeightBinder {
- public:
-  explicit BenchWeights(DType dtype) : dtype_(dtype) {}
-  Tensor bind(const std::string&, const Shape& shape, WeightInit init, const std::string&) override {
-    const auto key = std::make_pair(shape, static_cast<int>(init));
-    auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      const int64_t n = shape_numel(shape);
-      int64_t fan_in = shape.size() > 1 ? n / shape[0] : 1;
-      if (shape.size() == 5) fan_in = shape[1] * shape[3] * shape[4];
-      float mean = 0.0f, sd = 1.0f;
-      switch (init) {
-        case WeightInit::Matrix: sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in))); break;
-        case WeightInit::Bias: sd = 0.02f; break;
-        case WeightInit::Gain: mean = 1.0f, sd = 0.1f; break;
-        case WeightInit::Embedding: sd = 1.0f; break;
-      }
-      it = cache_.emplace(key, random_host(shape, dtype_, 0x5eed0000u + cache_.size(), mean, sd)).first;
-    }
-    parameters += shape_numel(shape);
-    return it->second;
-  }
-  int64_t parameters = 0;
-
- private:
-  DType dtype_;
-  std::map<std::pair<Shape, int>, Tensor> cache_;
-};
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -154,7 +100,8 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
   be.release_cached_memory();  // what the kernel benchmarks left cached is not the models' memory
   be.reset_peak_memory();
   double forward_ms = 0, step_ms = 0, step_two_ms = 0, te_ms = 0, te_neg_ms = 0, vae_ms = 0;
-  TransformerConfig dit_config;  // the published Qwen-Image config
+  const ModelConfigs published = parse_model_configs(real_pipeline_configs(), "cuda_bench");
+  TransformerConfig dit_config = published.transformer;
   dit_config.num_layers = opt.layers;
   const int64_t gh = opt.size / 16, gw = opt.size / 16, L = opt.text_tokens;
   // As `generate` loads it for a run of these images: the conditioning of the schedule's model
@@ -167,18 +114,18 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
                  "cuda_bench: --steps {}: the conditioning of {} model times would not pay at load", opt.steps,
                  times.size());
   Stopwatch load;
-  BenchWeights dit_weights(DType::BF16);
+  RandomWeights dit_weights(1, RandomDraw::Uniform, RandomReuse::PerShape, DType::BF16);
   QwenImageTransformer dit(be, dit_config, dit_weights, times);
   be.synchronize();
   report("transformer loaded, conditioning computed", fmt::format("{:.1f} s", load.seconds()),
          fmt::format("{:.2f} B parameters, {} blocks; {} model times' conditioning ({:.0f} MB) instead of the "
                      "modulation weights ({:.1f} GB)",
-                     static_cast<double>(dit_weights.parameters) / 1e9, opt.layers, times.size(),
+                     static_cast<double>(dit_weights.values()) / 1e9, opt.layers, times.size(),
                      static_cast<double>(QwenImageTransformer::conditioning_bytes(dit_config, std::ssize(times))) / 1e6,
                      static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(dit_config, 2)) / 1e9));
-  Tensor latents = be.upload(random_host({gh * gw, 64}, DType::F32, 30, 0.0f, 1.0f), DType::F32);
-  Tensor text_cond = be.upload(random_host({L, 3584}, DType::F32, 31, 0.0f, 1.0f), DType::F32);
-  Tensor text_neg = be.upload(random_host({L, 3584}, DType::F32, 32, 0.0f, 1.0f), DType::F32);
+  Tensor latents = be.upload(random_input("bench input", {gh * gw, 64}, 30, DType::F32), DType::F32);
+  Tensor text_cond = be.upload(random_input("bench input", {L, 3584}, 31, DType::F32), DType::F32);
+  Tensor text_neg = be.upload(random_input("bench input", {L, 3584}, 32, DType::F32), DType::F32);
   {
     TimestepConditioning cond = dit.condition(times.front());
     Tensor warm = dit.forward(latents, text_cond, L, gh, gw, cond);  // warm-up: plans, cuDNN self-check
@@ -225,7 +172,7 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     std::vector<double> first, again;
     Stopwatch all;
     for (const int64_t Ln : lengths) {
-      Tensor t = be.upload(random_host({Ln, 3584}, DType::F32, 40 + static_cast<uint64_t>(Ln), 0.0f, 1.0f), DType::F32);
+      Tensor t = be.upload(random_input("bench input", {Ln, 3584}, 40 + static_cast<uint64_t>(Ln), DType::F32), DType::F32);
       first.push_back(be.time_ms([&] { dit.forward(latents, t, Ln, gh, gw, cond); }));
       again.push_back(be.time_ms([&] { dit.forward(latents, t, Ln, gh, gw, cond); }));
     }
@@ -252,16 +199,16 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
          fmt::format("{}/{}/{}", st.attention_cudnn, st.attention_gemm, st.attention_flash), st.sdpa_status);
 
   if (opt.te) {
-    TextEncoderConfig te_config;  // Qwen2.5-VL-7B's language model
+    const TextEncoderConfig& te_config = published.text_encoder;  // Qwen2.5-VL-7B's language model
     Stopwatch te_load;
-    BenchWeights te_weights(DType::BF16);
+    RandomWeights te_weights(2, RandomDraw::Uniform, RandomReuse::PerShape, DType::BF16);
     QwenTextEncoder te(be, te_config, te_weights);
     be.synchronize();
     report("text encoder weights uploaded", fmt::format("{:.1f} s", te_load.seconds()),
-           fmt::format("{:.2f} B parameters", static_cast<double>(te_weights.parameters) / 1e9));
+           fmt::format("{:.2f} B parameters", static_cast<double>(te_weights.values()) / 1e9));
     auto ids_of = [](int64_t n) {
       std::vector<int64_t> ids(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<int64_t>(mix64(static_cast<uint64_t>(i)) % 150000);
+      for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = (i * 2654435761) % 150000;  // spread over the vocabulary
       return ids;
     };
     const auto prompt_ids = ids_of(34 + 60), negative_ids = ids_of(34 + 1);  // template + prompt
@@ -278,13 +225,12 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
            "allocator peak (cudaMalloc'd), plus ~0.1 GiB of handles and workspaces");
   }
   if (opt.vae) {
-    VaeConfig vae_config;  // base_dim 96, dim_mult [1, 2, 4, 4]
-    vae_config.latents_mean.assign(16, 0.0f);
-    vae_config.latents_std.assign(16, 1.0f);
-    BenchWeights vae_weights(DType::F32);  // the VAE re-lays its conv weights from f32
+    const VaeConfig& vae_config = published.vae;  // base_dim 96, dim_mult [1, 2, 4, 4]
+    // f32: the VAE re-lays its conv weights from f32
+    RandomWeights vae_weights(3, RandomDraw::Uniform, RandomReuse::PerShape, DType::F32);
     VaeDecoder vae(be, vae_config, vae_weights);
     const int64_t lh = opt.size / 8;
-    Tensor z = random_host({16, lh, lh}, DType::F32, 40, 0.0f, 1.0f);
+    Tensor z = random_input("bench input", {16, lh, lh}, 40, DType::F32);
     be.to_host_f32(vae.decode(z));  // warm-up
     std::vector<double> t;
     for (int i = 0; i < std::max(1, reps / 2); ++i) t.push_back(be.time_ms([&] { vae.decode(z); }));
@@ -292,7 +238,7 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     const CudaBackendStats after = be.stats();
     report(fmt::format("VAE decode {}^2", opt.size), fmt::format("{:.1f} ms", vae_ms),
            fmt::format("{:.0f} M parameters; convolutions: {} cuDNN, {} im2col (cuDNN {})",
-                       static_cast<double>(vae_weights.parameters) / 1e6, after.conv_cudnn, after.conv_im2col,
+                       static_cast<double>(vae_weights.values()) / 1e6, after.conv_cudnn, after.conv_im2col,
                        after.conv_status));
     if (after.conv_cudnn > 0) {  // the same decode on the im2col path: what cuDNN's convolution buys
       const CudaConvPath path = be.options().conv;
@@ -365,8 +311,8 @@ int main(int argc, char** argv) {
     }
     {
       const int64_t n = 8192;
-      Tensor x = be.upload(random_host({n, n}, DType::BF16, 1, 0.0f, 1.0f), DType::BF16);
-      Tensor w = be.upload(random_host({n, n}, DType::BF16, 2, 0.0f, 0.01f), DType::BF16);
+      Tensor x = be.upload(random_input("bench input", {n, n}, 1, DType::BF16), DType::BF16);
+      Tensor w = be.upload(random_input("bench input", {n, n}, 2, DType::BF16, 0.01f), DType::BF16);
       be.linear(x, w);  // warm-up: plan and algorithm
       std::vector<double> t;
       for (int i = 0; i < reps; ++i) t.push_back(be.time_ms([&] { be.linear(x, w); }));
@@ -387,9 +333,9 @@ int main(int argc, char** argv) {
         for (const NK s : {NK{9216, 3072, "fused qkv", DType::BF16}, NK{3072, 3072, "q/k/v or out-proj", DType::BF16},
                            NK{3072, 3072, "out-proj -> f32 residual", DType::F32},
                            NK{12288, 3072, "mlp up", DType::BF16}, NK{3072, 12288, "mlp down -> f32", DType::F32}}) {
-          Tensor x = be.upload(random_host({M, s.K}, DType::BF16, 10 + M, 0.0f, 1.0f), DType::BF16);
-          Tensor w = be.upload(random_host({s.N, s.K}, DType::BF16, 11, 0.0f, 0.02f), DType::BF16);
-          Tensor b = be.upload(random_host({s.N}, DType::BF16, 12, 0.0f, 0.02f), DType::BF16);
+          Tensor x = be.upload(random_input("bench input", {M, s.K}, 10 + M, DType::BF16), DType::BF16);
+          Tensor w = be.upload(random_input("bench input", {s.N, s.K}, 11, DType::BF16, 0.02f), DType::BF16);
+          Tensor b = be.upload(random_input("bench input", {s.N}, 12, DType::BF16, 0.02f), DType::BF16);
           be.linear(x, w, &b, s.out);
           std::vector<double> t;
           for (int i = 0; i < reps; ++i) t.push_back(be.time_ms([&] { be.linear(x, w, &b, s.out); }));
@@ -402,9 +348,9 @@ int main(int argc, char** argv) {
       // ---- 3. attention ----
       std::printf("== attention ==\n");
       auto time_attention = [&](const char* what, int64_t L, int64_t H, int64_t Dh) {
-        Tensor q = be.upload(random_host({L, H, Dh}, DType::BF16, 20, 0.0f, 1.0f), DType::BF16);
-        Tensor k = be.upload(random_host({L, H, Dh}, DType::BF16, 21, 0.0f, 1.0f), DType::BF16);
-        Tensor v = be.upload(random_host({L, H, Dh}, DType::BF16, 22, 0.0f, 1.0f), DType::BF16);
+        Tensor q = be.upload(random_input("bench input", {L, H, Dh}, 20, DType::BF16), DType::BF16);
+        Tensor k = be.upload(random_input("bench input", {L, H, Dh}, 21, DType::BF16), DType::BF16);
+        Tensor v = be.upload(random_input("bench input", {L, H, Dh}, 22, DType::BF16), DType::BF16);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
         const double flops = 4.0 * L * L * H * Dh;
         for (const auto path : {CudaAttentionPath::Cudnn, CudaAttentionPath::Gemm, CudaAttentionPath::Flash}) {

@@ -1,0 +1,36 @@
+// The Qwen-Image pipeline's component configs, as diffusers' config.json texts, in the sizes
+// this project builds random models of: written out here once, and read through the models'
+// own parsers by make-tiny, the benchmarks and the tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/text_encoder.h"
+#include "model/transformer.h"
+#include "model/vae.h"
+
+namespace ditbatch {
+
+struct PipelineConfigs {
+  std::string transformer, text_encoder, vae, scheduler;
+};
+// make-tiny's: DiT 2 blocks of 2 heads x 32, rope axes (8, 12, 12), joint dim 64; VAE base_dim
+// 16, z_dim 16; text encoder hidden 64, 2 layers, GQA 4/2.
+PipelineConfigs tiny_pipeline_configs();
+// The published Qwen-Image widths (3072-wide blocks, the 3584-wide text encoder with its
+// 152,064-row embedding, the real VAE) with the given depths: real tensor sizes, with fewer
+// layers where a test or a benchmark wants GBs made in seconds.
+PipelineConfigs real_width_pipeline_configs(int64_t dit_layers, int64_t text_layers);
+// The published model: 60 transformer blocks, 28 text-encoder layers.
+inline PipelineConfigs real_pipeline_configs() { return real_width_pipeline_configs(60, 28); }
+
+struct ModelConfigs {
+  TransformerConfig transformer;
+  TextEncoderConfig text_encoder;
+  VaeConfig vae;
+};
+// Each component's config through its model's parser (source names them in errors).
+ModelConfigs parse_model_configs(const PipelineConfigs& configs, const std::string& source);
+
+}  // namespace ditbatch
