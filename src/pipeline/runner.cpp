@@ -88,8 +88,7 @@ void write_sample_record(const std::string& out_dir, const ImageJob& job, ImageR
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
-  return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe(),
-          pipeline.max_sequence_length(),
+  return {weights.model_name(), weights.checksum(), pipeline.max_sequence_length(),
           DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
 }
 

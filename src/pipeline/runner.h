@@ -50,7 +50,7 @@ struct RunSummary {
 
 // What every PNG and manifest line says about the model and the build.
 struct OutputProvenance {
-  std::string model_name, model_checksum, scheduler;
+  std::string model_name, model_checksum;
   int64_t max_sequence_length = 0;
   DenoiserSetup denoiser;  // LoRAs and scheduler
   static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
