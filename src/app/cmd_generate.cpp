@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "core/fs.h"
+#include "cluster/decide_on_rank0.h"
 #include "cluster/node_weights.h"
 #include "cluster/shard.h"
 #include "cluster/world.h"
@@ -436,23 +437,17 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
   for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
-  std::string loras_json, error;
+  std::string loras_json;
   std::vector<ImageJob> jobs;
   PreviousImages previous;                // rank 0's
   std::optional<WeightStore> weight_file;  // opened once per rank: by the check on rank 0, else when first needed
-  if (world.rank() == 0) {
+  decide_on_rank0(world, [&] {
     try {
       jobs = validate_input(o, world, log, loras_json, previous, weight_file);
-    } catch (const std::exception& e) {  // any failure here: the other ranks wait in the broadcast
-      error = e.what();
-      if (error.empty()) error = "checking the input failed";
+    } catch (const std::exception& e) {  // whatever stops the check is the input's to mend: exit 2
+      throw InputError(*e.what() ? e.what() : "checking the input failed");
     }
-  }
-  error = world.broadcast(error, 0);
-  if (!error.empty()) {
-    if (world.rank() == 0) throw InputError(error);
-    return 2;
-  }
+  });
   // (one process: the list as it is; a million jobs take seconds to write and read as JSON)
   if (world.size() > 1) jobs = jobs_from_json(world.broadcast(world.rank() == 0 ? jobs_to_json(jobs) : "", 0));
   const LoraSet loras = LoraSet::from_json(world.broadcast(loras_json, 0));
@@ -464,8 +459,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   int64_t remaining = 0;
   std::vector<uint8_t> complete;       // per job index, rank 0's, from the scan made at validation
   std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
-  std::string start_error;             // any failure here: the other ranks wait in the broadcast
-  if (world.rank() == 0) try {
+  decide_on_rank0(world, [&] {
     for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
       log.info("removed {} (left by a killed writer)", orphan);
     for (const std::string& folder : output_subfolders(o.run.out_dir))
@@ -480,19 +474,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       if (!lock->held())
         log.warn("{}: this file system has no locks; a second run of this job would not be noticed", lock->path());
     }
-  } catch (const std::exception& e) {
-    // The kind travels in the first byte: bad input (exit 2) or a failure (exit 1).
-    start_error = std::string(dynamic_cast<const InputError*>(&e) ? "2" : "1") + e.what();
-  }
-  start_error = world.broadcast(start_error, 0);
-  if (!start_error.empty()) {
-    const bool input = start_error[0] == '2';
-    if (world.rank() == 0) {
-      if (input) throw InputError(start_error.substr(1));
-      throw Error(start_error.substr(1));
-    }
-    return input ? 2 : 1;
-  }
+  });
   if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
     if (world.rank() == 0) {
       // Every image made, but a tar whose images a stopped run staged is still to write.

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "app/backends.h"
+#include "cluster/decide_on_rank0.h"
 #include "core/build_info.h"
 #include "core/error.h"
 
@@ -65,12 +66,10 @@ int run_command_line(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
     return it->second.run(args);
-  } catch (const InputError& e) {
-    std::cerr << "ditbatch " << name << ": error: " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "ditbatch " << name << ": error: " << e.what() << "\n";
-    return 1;
+    // Said once per job: an error rank 0 reported ends the other ranks without a word.
+    if (!reported_by_rank0(e)) std::cerr << "ditbatch " << name << ": error: " << e.what() << "\n";
+    return dynamic_cast<const InputError*>(&e) ? 2 : 1;
   }
 }
 

@@ -26,11 +26,6 @@ DenoiserSetup DenoiserSetup::of(const LoraSet& loras, const SchedulerConfig& sch
   return {loras.provenance(), scheduler.describe(), model.describe()};
 }
 
-void record_denoiser_setup(const DenoiserSetup& setup, nlohmann::json& record) {
-  record["loras"] = setup.loras;
-  record["scheduler"] = setup.scheduler;
-}
-
 namespace {
 
 std::string shown_loras(const nlohmann::json& loras) {
@@ -62,16 +57,16 @@ std::vector<std::string> changed_denoiser_settings(const DenoiserSetup& setup, c
   return changes;
 }
 
-std::string a1111_lora_tags(const DenoiserSetup& setup) {
+std::string a1111_lora_tags(const nlohmann::json& loras) {
   std::string tags;
-  for (const auto& l : setup.loras) tags += fmt::format(" <lora:{}:{}>", stem(l.value("file", "")), l.value("strength", 0.0));
+  for (const auto& l : loras) tags += fmt::format(" <lora:{}:{}>", stem(l.value("file", "")), l.value("strength", 0.0));
   return tags;
 }
 
-std::string a1111_lora_hashes(const DenoiserSetup& setup) {
-  if (setup.loras.empty()) return "";
+std::string a1111_lora_hashes(const nlohmann::json& loras) {
+  if (loras.empty()) return "";
   std::vector<std::string> items;
-  for (const auto& l : setup.loras)
+  for (const auto& l : loras)
     items.push_back(fmt::format("{}: {}", stem(l.value("file", "")), l.value("sha256", "").substr(0, 10)));
   return fmt::format(", Lora hashes: \"{}\"", fmt::join(items, ", "));
 }

@@ -26,15 +26,14 @@ struct DenoiserSetup {
   static DenoiserSetup of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model);
 };
 
-// The manifest fields: "loras" and "scheduler".
-void record_denoiser_setup(const DenoiserSetup& setup, nlohmann::json& record);
 // One item per setting a manifest line was made with that `setup` would make differently:
 // "loras [style.safetensors 0.7], now none". The order of the LoRAs does not matter (they merge in
 // one fixed order), their file names neither: only what they hold (sha256) and their strengths.
 std::vector<std::string> changed_denoiser_settings(const DenoiserSetup& setup, const nlohmann::json& record);
 // A1111's way to name LoRAs in "parameters": " <lora:style:0.7>" after the prompt, and
-// ", Lora hashes: \"style: 1a2b3c4d5e\"" among the settings (empty without LoRAs).
-std::string a1111_lora_tags(const DenoiserSetup& setup);
-std::string a1111_lora_hashes(const DenoiserSetup& setup);
+// ", Lora hashes: \"style: 1a2b3c4d5e\"" among the settings (empty without LoRAs), from the
+// LoRAs as recorded (DenoiserSetup::loras).
+std::string a1111_lora_tags(const nlohmann::json& loras);
+std::string a1111_lora_hashes(const nlohmann::json& loras);
 
 }  // namespace ditbatch

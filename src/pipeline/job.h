@@ -21,6 +21,8 @@ struct GenerationDefaults {
   uint64_t seed = 0;
 };
 
+inline const std::string kNoNegativePrompt;
+
 struct ImageJob {
   int64_t index = 0;  // global prompt index (0-based), decides the file name and default seed
   std::string prompt, negative_prompt;
@@ -32,6 +34,11 @@ struct ImageJob {
   std::string folder;     // the subfolder of --out that holds its files ("00001"), "" in the flat layout
   std::string tar;        // WebDataset: the tar its files go into once its folder is whole ("00012.tar")
   std::string origin;     // where the prompt came from, for messages
+
+  // What the image is made with, and so recorded with: without true CFG no negative prompt
+  // reaches the denoiser, and the cfg is 1.
+  const std::string& negative_prompt_used() const { return true_cfg ? negative_prompt : kNoNegativePrompt; }
+  float cfg_used() const { return true_cfg ? cfg : 1.0f; }
 
   // Its file of that suffix, as a path inside --out and in the manifest: "00001/000012345-fox.png".
   std::string file(const char* suffix = ".png") const {

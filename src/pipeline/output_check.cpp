@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "io/image_record.h"
 #include "io/tar_archive.h"
 #include "pipeline/output_layout.h"
 
@@ -53,24 +54,9 @@ std::string sha256_in_folder(const std::string& path) {
 
 }  // namespace
 
-nlohmann::json file_stat_record(const FileStat& st) {
-  return {{"size", st.size}, {"mtime_ns", st.mtime_ns}, {"inode", st.inode}, {"device", st.device}};
-}
-
 std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const char* stat_key) {
   const auto it = record.find(stat_key);
-  if (it == record.end() || !it->is_object()) return std::nullopt;
-  auto integer = [&](const char* key, auto& out) {
-    const auto v = it->find(key);
-    if (v == it->end() || !v->is_number_integer()) return false;
-    out = v->get<std::remove_reference_t<decltype(out)>>();
-    return true;
-  };
-  FileStat st;
-  if (!integer("size", st.size) || !integer("mtime_ns", st.mtime_ns) || !integer("inode", st.inode) ||
-      !integer("device", st.device))
-    return std::nullopt;
-  return st;
+  return it == record.end() ? std::nullopt : file_stat_from_json(*it);
 }
 
 bool is_tar_member(const nlohmann::json& record) {

@@ -33,8 +33,7 @@ enum class ListedFile { Image, Latents, Record };
 // Whether the line lists its image as a member of a tar.
 bool is_tar_member(const nlohmann::json& record);
 
-// The manifest's record of a file's stat, and back (nullopt unless all four are integers).
-nlohmann::json file_stat_record(const FileStat& st);
+// The stat a manifest line records under `stat_key` (nullopt unless all four are integers).
 std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const char* stat_key);
 
 // The file of that kind a line lists is in the folder as written (a tar member: the tar's stat

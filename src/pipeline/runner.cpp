@@ -39,19 +39,6 @@ std::string utc_now() {
 
 std::string build_version() { return fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit()); }
 
-nlohmann::json job_record(const ImageJob& job) {
-  return {{"index", job.index},
-          {"prompt", job.prompt},
-          {"negative_prompt", job.true_cfg ? job.negative_prompt : ""},
-          {"seed", job.seed},
-          {"width", job.width},
-          {"height", job.height},
-          {"steps", job.steps},
-          {"cfg", job.true_cfg ? job.cfg : 1.0f},
-          {"true_cfg", job.true_cfg},
-          {"file", job.file()}};
-}
-
 void write_latents_file(const std::string& path, const ImageJob& job, const Tensor& latents) {
   TempFile tmp(path, false);  // removed unless committed: a full disk leaves nothing behind
   h5::File f = h5::File::create_exclusive(tmp.path());
@@ -81,35 +68,46 @@ int64_t recorded_int(const nlohmann::json& record, const char* key) {
 }
 
 // The stat a rerun compares, taken right after the rename (which leaves size and mtime alone).
-nlohmann::json written_file_stat(const std::string& path) {
+FileStat written_file_stat(const std::string& path) {
   const std::optional<FileStat> st = stat_regular_file(path);
   if (!st) fail("{}: is gone right after it was written", path);
-  return file_stat_record(*st);
+  return *st;
 }
 
 // --output-format webdataset: the record of a staged image, beside its PNG ("00012/000012345.json"),
 // which becomes the sample's .json in its tar: the manifest line less where the PNG lies.
-void write_sample_record(const std::string& out_dir, const ImageJob& job, nlohmann::json& record) {
-  nlohmann::json sample = record;
-  sample.erase("file");
-  sample.erase("file_stat");
-  const std::string text = sample.dump();
+void write_sample_record(const std::string& out_dir, const ImageJob& job, ImageRecord& record) {
+  const std::string text = record.sample_text();
   const std::string path = out_dir + "/" + job.file(".json");
   write_file_atomic(path, text);
-  record["json_file"] = job.file(".json");
-  record["json_sha256"] = sha256_hex(text);
-  record["json_file_stat"] = written_file_stat(path);
+  record.json_file = job.file(".json");
+  record.json_sha256 = sha256_hex(text);
+  record.json_file_stat = written_file_stat(path);
 }
 
 }  // namespace
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
-  return {weights.model_name(), weights.checksum(), pipeline.scheduler_config().describe(),
-          pipeline.max_sequence_length(),
+  return {weights.model_name(), weights.checksum(), pipeline.max_sequence_length(),
           DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
 }
 
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file(); }
+
+ImageRecord image_record_of(const ImageJob& job) {
+  ImageRecord r;
+  r.index = job.index;
+  r.prompt = job.prompt;
+  r.negative_prompt = job.negative_prompt_used();
+  r.seed = job.seed;
+  r.width = job.width;
+  r.height = job.height;
+  r.steps = job.steps;
+  r.cfg = job.cfg_used();
+  r.true_cfg = job.true_cfg;
+  r.file = job.file();
+  return r;
+}
 
 std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record) {
   std::vector<std::string> changes;
@@ -126,7 +124,7 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
   };
   // Compared without building the job's record (a rerun compares a million of them): strings
   // as strings, numbers by value as JSON compares them.
-  const std::string negative = job.true_cfg ? job.negative_prompt : "";
+  const std::string& negative = job.negative_prompt_used();
   auto same_string = [](nlohmann::json::const_iterator it, const std::string& now) {
     return it->is_string() && it->get_ref<const std::string&>() == now;
   };
@@ -142,9 +140,9 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
                        : k == "width"           ? *it == nlohmann::json(job.width)
                        : k == "height"          ? *it == nlohmann::json(job.height)
                        : k == "steps"           ? *it == nlohmann::json(job.steps)
-                                                : it->is_number() && it->get<float>() == (job.true_cfg ? job.cfg : 1.0f));
+                                                : it->is_number() && it->get<float>() == job.cfg_used());
     if (same) continue;
-    if (!now) now = job_record(job);
+    if (!now) now = image_record_of(job).to_json();
     changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
                                   shown((*now)[key])));
   }
@@ -228,10 +226,9 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
                                                     const ResumeKey& key, const ManifestFields& f, OutputTrust trust,
                                                     LoraVerdicts& loras) {
   if (f.status != "ok") return PreviousImages::Incomplete;
-  const std::string_view negative = job.true_cfg ? std::string_view(job.negative_prompt) : std::string_view();
-  bool same = f.prompt == job.prompt && f.negative_prompt == negative && f.seed == job.seed &&
-              f.width == job.width && f.height == job.height && f.steps == job.steps &&
-              f.cfg == (job.true_cfg ? job.cfg : 1.0f) && f.model_checksum == key.model_checksum;
+  bool same = f.prompt == job.prompt && f.negative_prompt == job.negative_prompt_used() && f.seed == job.seed &&
+              f.width == job.width && f.height == job.height && f.steps == job.steps && f.cfg == job.cfg_used() &&
+              f.model_checksum == key.model_checksum;
   if (same && f.max_sequence_length > 0 && f.max_sequence_length != key.max_sequence_length)
     for (const int64_t tokens : {f.prompt_tokens, f.negative_prompt_tokens})
       if (std::min(tokens, f.max_sequence_length) != std::min(tokens, key.max_sequence_length)) same = false;
@@ -356,26 +353,27 @@ void check_previous_images(const std::string& out_dir, const std::vector<ImageJo
   check_previous_images(out_dir, scan_previous_images(out_dir, jobs, key));
 }
 
-PngText png_metadata(const ImageJob& job, const OutputProvenance& p) {
-  const float cfg = job.true_cfg ? job.cfg : 1.0f;
-  std::string parameters = job.prompt + a1111_lora_tags(p.denoiser) + "\n";
-  if (job.true_cfg) parameters += "Negative prompt: " + job.negative_prompt + "\n";
+PngText png_metadata(const ImageRecord& r) {
+  DITBATCH_CHECK(r.max_sequence_length.has_value(), "image {}: a PNG is written once its prompt is encoded", r.index);
+  const float cfg = static_cast<float>(r.cfg);  // as the job held it: 4.1, not 4.099999904632568
+  std::string parameters = r.prompt + a1111_lora_tags(r.loras) + "\n";
+  if (r.true_cfg) parameters += "Negative prompt: " + r.negative_prompt + "\n";
   parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
                             "Model hash: {}, Model: {}{}, Version: {}",
-                            job.steps, cfg, job.seed, job.width, job.height, p.model_checksum.substr(0, 10),
-                            p.model_name, a1111_lora_hashes(p.denoiser), build_version());
+                            r.steps, cfg, r.seed, r.width, r.height, r.model_checksum.substr(0, 10), r.model,
+                            a1111_lora_hashes(r.loras), build_version());
   return {{"parameters", parameters},
-          {"prompt", job.prompt},
-          {"negative_prompt", job.true_cfg ? job.negative_prompt : ""},
-          {"seed", std::to_string(job.seed)},
-          {"steps", std::to_string(job.steps)},
+          {"prompt", r.prompt},
+          {"negative_prompt", r.negative_prompt},
+          {"seed", std::to_string(r.seed)},
+          {"steps", std::to_string(r.steps)},
           {"cfg", fmt::format("{}", cfg)},
-          {"size", fmt::format("{}x{}", job.width, job.height)},
-          {"scheduler", p.scheduler},
-          {"loras", p.denoiser.loras.dump()},
-          {"model", p.model_name},
-          {"model_checksum", p.model_checksum},
-          {"max_sequence_length", std::to_string(p.max_sequence_length)},
+          {"size", fmt::format("{}x{}", r.width, r.height)},
+          {"scheduler", r.scheduler},
+          {"loras", r.loras.dump()},
+          {"model", r.model},
+          {"model_checksum", r.model_checksum},
+          {"max_sequence_length", std::to_string(*r.max_sequence_length)},
           {"software", build_version()}};
 }
 
@@ -519,10 +517,16 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
     progress.image_started(job.index);
     Stopwatch image_watch;
     StageTimes times;
-    nlohmann::json record = job_record(job);
-    if (tars) record["images_per_tar"] = opt.images_per_tar;
-    record["run_id"] = opt.run_id;
-    record["started"] = utc_iso_now();
+    ImageRecord record = image_record_of(job);
+    if (tars) record.images_per_tar = opt.images_per_tar;
+    record.model = provenance.model_name;
+    record.model_checksum = provenance.model_checksum;
+    record.loras = provenance.denoiser.loras;
+    record.scheduler = provenance.denoiser.scheduler;
+    record.run_id = opt.run_id;
+    record.host = opt.host;
+    record.rank = opt.rank;
+    record.started = utc_iso_now();
     GeneratedImage image;
     try {
       PromptEmbedding prompt = embeddings.get(job.prompt, false, times);
@@ -530,9 +534,9 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       if (job.true_cfg) negative = embeddings.get(job.negative_prompt, true, times);
       // What decides which encoder rows the image saw: on resume, a changed limit matters
       // only to a prompt longer than it.
-      record["max_sequence_length"] = provenance.max_sequence_length;
-      record["prompt_tokens"] = prompt.available;
-      if (negative) record["negative_prompt_tokens"] = negative->available;
+      record.max_sequence_length = provenance.max_sequence_length;
+      record.prompt_tokens = prompt.available;
+      if (negative) record.negative_prompt_tokens = negative->available;
       if (prompt.uncut > prompt.tokens)
         log.warn("image {} ({}): the prompt has {} tokens; the first {} are used (--max-sequence-length{})", job.index,
                  job.origin, prompt.uncut, prompt.tokens,
@@ -562,12 +566,7 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       image.ok = false;
       image.error = e.what();
     }
-    record["timings"] = {{"text_encoder_s", times.text_encoder},
-                         {"transformer_s", times.transformer},
-                         {"vae_s", times.vae},
-                         {"total_s", image_watch.seconds()}};
-    record["host"] = opt.host;
-    record["rank"] = opt.rank;
+    record.timings = {times.text_encoder, times.transformer, times.vae, image_watch.seconds()};
     bool output_broken = false;
     Stopwatch write_watch;
     if (image.ok) {
@@ -576,17 +575,17 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       try {
         if (!job.folder.empty() && folders_made.insert(job.folder).second) make_output_folder(opt.out_dir, job.folder);
         const std::string bytes =
-            write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(job, provenance));
+            write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(record));
         png_written = true;
-        record["file_stat"] = written_file_stat(png);
+        record.file_stat = written_file_stat(png);
         if (opt.write_latents) {
           const std::string latents = job.file(".latents.h5");
           write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
-          record["latents_file"] = latents;
-          record["latents_sha256"] = sha256_file(opt.out_dir + "/" + latents);
-          record["latents_file_stat"] = written_file_stat(opt.out_dir + "/" + latents);
+          record.latents_file = latents;
+          record.latents_sha256 = sha256_file(opt.out_dir + "/" + latents);
+          record.latents_file_stat = written_file_stat(opt.out_dir + "/" + latents);
         }
-        record["sha256"] = sha256_hex(bytes);
+        record.sha256 = sha256_hex(bytes);
       } catch (const std::exception& e) {
         // With --output-type latent an image is its PNG and its latents file: the PNG goes too,
         // so that a failed image leaves no file behind (a rerun makes both).
@@ -596,19 +595,16 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
         output_broken = true;
       }
     }
-    record["timings"]["write_s"] = write_watch.seconds();
-    record["status"] = image.ok ? "ok" : "failed";
-    record["finished"] = utc_now();
-    record["model"] = provenance.model_name;
-    record["model_checksum"] = provenance.model_checksum;
-    record_denoiser_setup(provenance.denoiser, record);
+    record.timings.write_s = write_watch.seconds();
+    record.status = image.ok ? "ok" : "failed";
+    record.finished = utc_now();
     if (image.ok && tars) try {
         write_sample_record(opt.out_dir, job, record);
       } catch (const std::exception& e) {
         std::remove(png_path(opt.out_dir, job).c_str());  // an image is its PNG and its record
         image.ok = false;
         image.error = fmt::format("cannot write the output: {}", e.what());
-        record["status"] = "failed";
+        record.status = "failed";
         output_broken = true;
       }
     if (image.ok) {
@@ -616,12 +612,12 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
       log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,
                job.file(), image_watch.seconds(), times.text_encoder, times.transformer, times.vae);
     } else {
-      record["error"] = image.error;
+      record.error = image.error;
       ++summary.failed;
       log.error("image {} ({}) failed: {}; no PNG written", job.index, job.origin, image.error);
     }
     if (tars) on_disk[static_cast<size_t>(job.index)] = image.ok ? kStaged : kNotMade;
-    manifest.append(record);
+    manifest.append(record.to_json());
     progress.image_finished();
     if (output_broken) {
       // A full disk, a quota, a folder gone: every further image would fail the same way, so

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "io/image_record.h"
 #include "io/manifest.h"
 #include "io/png_io.h"
 #include "pipeline/denoiser_setup.h"
@@ -49,7 +50,7 @@ struct RunSummary {
 
 // What every PNG and manifest line says about the model and the build.
 struct OutputProvenance {
-  std::string model_name, model_checksum, scheduler;
+  std::string model_name, model_checksum;
   int64_t max_sequence_length = 0;
   DenoiserSetup denoiser;  // LoRAs and scheduler
   static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
@@ -119,7 +120,11 @@ RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJo
                           const RunOptions& options, const OutputProvenance& provenance, Progress& progress,
                           const Log& log);
 
-// The PNG text chunks for an image (A1111 "parameters" first, then one chunk per setting).
-PngText png_metadata(const ImageJob& job, const OutputProvenance& provenance);
+// The record of the image `job` asks for, as far as the job says: its settings and its file.
+ImageRecord image_record_of(const ImageJob& job);
+
+// The PNG text chunks of an image, from its record (A1111 "parameters" first, then one chunk per
+// setting): the settings, LoRAs, scheduler, model and prompt token limit it was made with.
+PngText png_metadata(const ImageRecord& record);
 
 }  // namespace ditbatch

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/sha256.h"
+#include "io/image_record.h"
 #include "io/tar_archive.h"
 #include "pipeline/output_check.h"
 #include "pipeline/output_layout.h"
@@ -49,7 +50,7 @@ bool pack_tar(const std::string& out_dir, const std::vector<ImageJob>& jobs, int
   }
   TarWriter tar(out_dir + "/" + first.tar);
   std::optional<TarReader> packed;  // the tar there now, for the images already in it
-  std::vector<nlohmann::json> lines;
+  std::vector<ImageRecord> records;
   for (int64_t i = begin; i < end; ++i) {
     const ImageJob& job = jobs[static_cast<size_t>(i)];
     const std::string key = job.file_stem;
@@ -71,27 +72,27 @@ bool pack_tar(const std::string& out_dir, const std::vector<ImageJob>& jobs, int
                first.tar, i, e.what());
       return false;
     }
-    nlohmann::json record = nlohmann::json::parse(record_text, nullptr, false);
-    if (!record.is_object() || !record.contains("sha256") || record["sha256"] != sha256_hex(png)) {
+    std::optional<ImageRecord> record = ImageRecord::parse(record_text);
+    if (!record || record->sha256 != sha256_hex(png)) {
       log.warn("{} is not written: image {} is not the one its record lists; a rerun with --verify-outputs makes it "
                "again",
                first.tar, i);
       return false;
     }
-    record["member"] = key + ".png";
-    record["member_offset"] = tar.add(key + ".png", png);
-    record["member_size"] = png.size();
-    record["json_member"] = key + ".json";
-    record["json_member_offset"] = tar.add(key + ".json", record_text);
-    record["json_member_size"] = record_text.size();
-    record["json_sha256"] = sha256_hex(record_text);
-    record["file"] = first.tar;
-    lines.push_back(std::move(record));
+    record->member = TarMember{key + ".png", tar.add(key + ".png", png), std::ssize(png)};
+    record->json_member = TarMember{key + ".json", tar.add(key + ".json", record_text), std::ssize(record_text)};
+    record->json_sha256 = sha256_hex(record_text);
+    record->file = first.tar;
+    records.push_back(std::move(*record));
   }
   tar.commit();
   const std::optional<FileStat> st = stat_regular_file(out_dir + "/" + first.tar);
   if (!st) fail("{}/{}: is gone right after it was written", out_dir, first.tar);
-  for (nlohmann::json& line : lines) line["file_stat"] = file_stat_record(*st);
+  std::vector<nlohmann::json> lines;
+  for (ImageRecord& record : records) {
+    record.file_stat = *st;
+    lines.push_back(record.to_json());
+  }
   manifest.append(lines);
   remove_staged(out_dir, jobs, begin, end);
   for (int64_t i = begin; i < end; ++i) on_disk[static_cast<size_t>(i)] = kPacked;
