@@ -34,6 +34,7 @@
 #include "pipeline/memory_plan.h"
 #include "pipeline/qwen_image_pipeline.h"
 #include "pipeline/run_report.h"
+#include "pipeline/resume.h"
 #include "pipeline/runner.h"
 #include "pipeline/tar_shards.h"
 #include "pipeline/stop_signal.h"

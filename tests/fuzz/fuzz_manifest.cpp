@@ -23,6 +23,7 @@
 #include "io/prompt_file.h"
 #include "io/tar_archive.h"
 #include "pipeline/job.h"
+#include "pipeline/resume.h"
 #include "pipeline/runner.h"
 
 using namespace ditbatch;

@@ -21,6 +21,7 @@
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "pipeline/job.h"
+#include "pipeline/resume.h"
 #include "pipeline/runner.h"
 #include "test_util.h"
 

@@ -9,6 +9,7 @@
 
 #include "io/image_record.h"
 #include "pipeline/job.h"
+#include "pipeline/resume.h"
 #include "pipeline/runner.h"
 
 using namespace ditbatch;

@@ -19,6 +19,7 @@
 #include "io/manifest_fields.h"
 #include "io/png_io.h"
 #include "io/tar_archive.h"
+#include "pipeline/resume.h"
 #include "pipeline/runner.h"
 #include "test_util.h"
 

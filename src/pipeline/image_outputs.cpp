@@ -1,0 +1,90 @@
+#include "pipeline/image_outputs.h"
+
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/sha256.h"
+#include "io/h5.h"
+
+namespace ditbatch {
+
+std::string build_version() { return fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit()); }
+
+void write_latents_file(const std::string& path, const ImageJob& job, const Tensor& latents) {
+  TempFile tmp(path, false);  // removed unless committed: a full disk leaves nothing behind
+  h5::File f = h5::File::create_exclusive(tmp.path());
+  {
+    h5::Group root = f.root();
+    root.write_tensor("latents", latents.view({1, latents.dim(0), latents.dim(1)}));  // diffusers' [B, S, 64]
+    root.set_attr("seed", static_cast<int64_t>(job.seed));
+    root.set_attr("height", job.height);
+    root.set_attr("width", job.width);
+    root.set_attr("steps", job.steps);
+  }
+  f.close_checked();  // with nothing else open, so that HDF5 writes what it buffers now, and says if it cannot
+  tmp.commit();
+}
+
+FileStat written_file_stat(const std::string& path) {
+  const std::optional<FileStat> st = stat_regular_file(path);
+  if (!st) fail("{}: is gone right after it was written", path);
+  return *st;
+}
+
+// The sample's .json is the manifest line less where the PNG lies.
+void write_sample_record(const std::string& out_dir, const ImageJob& job, ImageRecord& record) {
+  const std::string text = record.sample_text();
+  const std::string path = out_dir + "/" + job.file(".json");
+  write_file_atomic(path, text);
+  record.json_file = job.file(".json");
+  record.json_sha256 = sha256_hex(text);
+  record.json_file_stat = written_file_stat(path);
+}
+
+OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
+  return {weights.model_name(), weights.checksum(), pipeline.max_sequence_length(),
+          DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
+}
+
+std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file(); }
+
+ImageRecord image_record_of(const ImageJob& job) {
+  ImageRecord r;
+  r.index = job.index;
+  r.prompt = job.prompt;
+  r.negative_prompt = job.negative_prompt_used();
+  r.seed = job.seed;
+  r.width = job.width;
+  r.height = job.height;
+  r.steps = job.steps;
+  r.cfg = job.cfg_used();
+  r.true_cfg = job.true_cfg;
+  r.file = job.file();
+  return r;
+}
+
+PngText png_metadata(const ImageRecord& r) {
+  DITBATCH_CHECK(r.max_sequence_length.has_value(), "image {}: a PNG is written once its prompt is encoded", r.index);
+  const float cfg = static_cast<float>(r.cfg);  // as the job held it: 4.1, not 4.099999904632568
+  std::string parameters = r.prompt + a1111_lora_tags(r.loras) + "\n";
+  if (r.true_cfg) parameters += "Negative prompt: " + r.negative_prompt + "\n";
+  parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
+                            "Model hash: {}, Model: {}{}, Version: {}",
+                            r.steps, cfg, r.seed, r.width, r.height, r.model_checksum.substr(0, 10), r.model,
+                            a1111_lora_hashes(r.loras), build_version());
+  return {{"parameters", parameters},
+          {"prompt", r.prompt},
+          {"negative_prompt", r.negative_prompt},
+          {"seed", std::to_string(r.seed)},
+          {"steps", std::to_string(r.steps)},
+          {"cfg", fmt::format("{}", cfg)},
+          {"size", fmt::format("{}x{}", r.width, r.height)},
+          {"scheduler", r.scheduler},
+          {"loras", r.loras.dump()},
+          {"model", r.model},
+          {"model_checksum", r.model_checksum},
+          {"max_sequence_length", std::to_string(*r.max_sequence_length)},
+          {"software", build_version()}};
+}
+
+}  // namespace ditbatch

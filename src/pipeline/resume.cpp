@@ -1,0 +1,278 @@
+#include "pipeline/resume.h"
+
+#include <fmt/ranges.h>
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+#include "io/manifest.h"
+#include "io/manifest_fields.h"
+#include "pipeline/image_outputs.h"
+
+namespace ditbatch {
+
+namespace {
+
+// A manifest field as resume reads it. A line ditbatch did not write (edited by hand, another
+// tool's) may hold any JSON there: a field of another type counts as not recorded, so the
+// image is made again, as for a torn line, instead of nlohmann's type_error ending the run.
+std::string recorded_string(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t recorded_int(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+}  // namespace
+
+std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& key, const nlohmann::json& record) {
+  std::vector<std::string> changes;
+  auto shown = [](const nlohmann::json& v) {
+    if (v.is_number_float()) return fmt::format("{}", v.get<float>());  // cfg: 4.1, not 4.099999904632568
+    if (!v.is_string()) return v.dump();
+    std::string s = v.get<std::string>();
+    if (s.size() > 40) {  // cut where a UTF-8 character starts: dump() throws on a cut one
+      size_t cut = 37;
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+      s = s.substr(0, cut) + "...";
+    }
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  // Compared without building the job's record (a rerun compares a million of them): strings
+  // as strings, numbers by value as JSON compares them.
+  const std::string& negative = job.negative_prompt_used();
+  auto same_string = [](nlohmann::json::const_iterator it, const std::string& now) {
+    return it->is_string() && it->get_ref<const std::string&>() == now;
+  };
+  std::optional<nlohmann::json> now;  // the job's record, for the message only
+  for (const char* key : {"prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg"}) {
+    const auto it = record.find(key);
+    const std::string_view k = key;
+    // cfg is written from a float: compare it as one (4.1f comes back as 4.099999904632568).
+    const bool same = it != record.end() &&
+                      (k == "prompt"            ? same_string(it, job.prompt)
+                       : k == "negative_prompt" ? same_string(it, negative)
+                       : k == "seed"            ? *it == nlohmann::json(job.seed)
+                       : k == "width"           ? *it == nlohmann::json(job.width)
+                       : k == "height"          ? *it == nlohmann::json(job.height)
+                       : k == "steps"           ? *it == nlohmann::json(job.steps)
+                                                : it->is_number() && it->get<float>() == job.cfg_used());
+    if (same) continue;
+    if (!now) now = image_record_of(job).to_json();
+    changes.push_back(fmt::format("{} {}, now {}", key, it == record.end() ? "not recorded" : shown(*it),
+                                  shown((*now)[key])));
+  }
+  const std::string made_with = recorded_string(record, "model_checksum");
+  if (made_with != key.model_checksum)
+    changes.push_back(fmt::format("model checksum {}, now {}", made_with.empty() ? "not recorded" : made_with.substr(0, 12),
+                                  key.model_checksum.substr(0, 12)));
+  // The token limit matters only to a prompt longer than it: the encoder rows kept are
+  // min(limit, the prompt's rows), recorded with the image.
+  const int64_t limit_then = recorded_int(record, "max_sequence_length");
+  if (limit_then > 0 && limit_then != key.max_sequence_length)
+    for (const char* tokens_key : {"prompt_tokens", "negative_prompt_tokens"}) {
+      const int64_t tokens = recorded_int(record, tokens_key);
+      if (std::min(tokens, limit_then) != std::min(tokens, key.max_sequence_length)) {
+        changes.push_back(fmt::format("max_sequence_length {}, now {} ({} of {} tokens)", limit_then,
+                                      key.max_sequence_length, tokens_key, tokens));
+        break;
+      }
+    }
+  for (std::string& change : changed_denoiser_settings(key.denoiser, record)) changes.push_back(std::move(change));
+  return changes;
+}
+
+namespace {
+
+// What one manifest line says of `job`'s image. `other` gets "file (changes)" for OtherSettings.
+PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
+                               const nlohmann::json& record, OutputTrust trust, std::string* other) {
+  if (recorded_string(record, "status") != "ok") return PreviousImages::Incomplete;
+  // Settings first (no read), then only a PNG that is still there and whole matters. Another
+  // file at this index (a changed prompt list) counts too: the manifest would drop its line.
+  auto changes = changed_settings(job, key, record);
+  // The file: a packed image names its tar and its member, a staged or plain one its path.
+  const bool packed = is_tar_member(record);
+  const std::string file = packed ? fmt::format("{}:{}", recorded_string(record, "file"), recorded_string(record, "member"))
+                                  : recorded_string(record, "file");
+  const bool same_file = packed ? job.tar == recorded_string(record, "file") &&
+                                      job.file_stem + ".png" == recorded_string(record, "member")
+                                : file == job.file();
+  if (!same_file) changes.insert(changes.begin(), fmt::format("now {}", job.file()));
+  // Another tar size puts the same names in other tars: each tar's images are another set.
+  if (key.images_per_tar > 0 && recorded_int(record, "images_per_tar") != key.images_per_tar)
+    changes.push_back(fmt::format("images_per_tar {}, now {}", recorded_int(record, "images_per_tar"), key.images_per_tar));
+  if (!changes.empty()) {
+    if (!listed_file_is_whole(out_dir, record, ListedFile::Image, OutputTrust::Stat)) return PreviousImages::Incomplete;
+    if (other) *other = fmt::format("{} ({})", file, fmt::join(changes, "; "));
+    return PreviousImages::OtherSettings;
+  }
+  // --output-type latent: the latents file is part of the image (listed since it was written);
+  // in a WebDataset folder its record is (the tar's .json member, or the staged one).
+  const bool whole = listed_file_is_whole(out_dir, record, ListedFile::Image, trust) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, record, ListedFile::Latents, trust)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, ListedFile::Record, trust));
+  if (!whole) return PreviousImages::Incomplete;
+  return packed ? PreviousImages::Packed : PreviousImages::Complete;
+}
+
+// Whether a recorded LoRA set (as minified JSON) is the run's, for one text after another:
+// the lines of a folder hold the same one, compared once.
+class LoraVerdicts {
+ public:
+  explicit LoraVerdicts(const DenoiserSetup& setup) : now_(lora_set_key(setup.loras)) {}
+  bool same(const std::string& then) {
+    if (then != then_ || !known_) {
+      same_ = lora_set_key(nlohmann::json::parse(then)) == now_;  // as changed_denoiser_settings reads it
+      then_ = then;
+      known_ = true;
+    }
+    return same_;
+  }
+
+ private:
+  std::string now_, then_;
+  bool known_ = false, same_ = false;
+};
+
+// state_of of a line read by ManifestFieldParser, where it can say without the full parser:
+// nullopt where a setting or the file differs, or is of a shape it does not compare (the
+// full path finds what changed and words it). Every comparison is changed_settings's.
+std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, const ImageJob& job,
+                                                    const ResumeKey& key, const ManifestFields& f, OutputTrust trust,
+                                                    LoraVerdicts& loras) {
+  if (f.status != "ok") return PreviousImages::Incomplete;
+  bool same = f.prompt == job.prompt && f.negative_prompt == job.negative_prompt_used() && f.seed == job.seed &&
+              f.width == job.width && f.height == job.height && f.steps == job.steps && f.cfg == job.cfg_used() &&
+              f.model_checksum == key.model_checksum;
+  if (same && f.max_sequence_length > 0 && f.max_sequence_length != key.max_sequence_length)
+    for (const int64_t tokens : {f.prompt_tokens, f.negative_prompt_tokens})
+      if (std::min(tokens, f.max_sequence_length) != std::min(tokens, key.max_sequence_length)) same = false;
+  same = same && f.scheduler.value_or(key.denoiser.model_scheduler) == key.denoiser.scheduler && loras.same(f.loras);
+  // The file: a packed image names its tar and its member, a staged or plain one its path.
+  const bool packed = f.member.has_value();
+  same = same && (packed ? f.file == job.tar && *f.member == job.file_stem + ".png" : f.file == job.file());
+  same = same && (key.images_per_tar == 0 || f.images_per_tar == key.images_per_tar);
+  if (!same) return std::nullopt;
+  const FileListing png{f.file, f.sha256, f.file_stat}, latents{f.latents_file, f.latents_sha256, f.latents_file_stat},
+      record{f.json_file, f.json_sha256, f.json_file_stat};
+  if (packed) {  // whole by the tar's stat, or its members are read by the full path
+    const bool by_stat = trust == OutputTrust::Stat && !key.with_latents && key.images_per_tar > 0 &&
+                         listed_members_are_whole_by_stat(
+                             out_dir, f.file, f.file_stat,
+                             {{*f.member, f.member_offset, f.member_size},
+                              {f.json_member.value_or(""), f.json_member_offset, f.json_member_size}});
+    return by_stat ? std::optional(PreviousImages::Packed) : std::nullopt;
+  }
+  const bool whole = listed_file_is_whole(out_dir, png, trust) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, trust));
+  return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
+}
+
+}  // namespace
+
+bool image_is_complete(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
+                       const std::map<int64_t, nlohmann::json>& manifest, OutputTrust trust) {
+  const auto it = manifest.find(job.index);
+  if (it == manifest.end()) return false;
+  const PreviousImages::State state = state_of(out_dir, job, key, it->second, trust, nullptr);
+  return state == PreviousImages::Complete || state == PreviousImages::Packed;
+}
+
+int64_t PreviousImages::count(State s, int64_t begin, int64_t end) const {
+  return std::count(state.begin() + begin, state.begin() + end, static_cast<uint8_t>(s));
+}
+
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key, int64_t begin, int64_t end,
+                                    std::vector<int64_t>* changed_in_place) {
+  PreviousImages previous;
+  previous.state.assign(jobs.size(), PreviousImages::Absent);
+  std::vector<uint8_t> changed(changed_in_place ? jobs.size() : 0);
+  constexpr size_t kExamplesKept = 1000;  // the message names three; overridden lines drop theirs
+  // What state_of reads (changed_settings, changed_denoiser_settings, listed_file_is_whole).
+  static const std::set<std::string> kResumeFields = {
+      "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat", "member",
+      "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
+      "json_member_offset", "json_member_size", "images_per_tar", "prompt",
+      "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
+      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
+  // Each line read by the quick parser; only where it cannot say, by the full one (the same
+  // verdict, and the words of what changed).
+  ManifestFieldParser parser;
+  ManifestFields fields;
+  LoraVerdicts loras(key.denoiser);
+  for_each_manifest_text(out_dir, [&](std::string_view text) {
+    std::optional<nlohmann::json> record;
+    const ManifestFieldParser::Verdict verdict = parser.parse(text, fields);
+    if (verdict == ManifestFieldParser::NotALine) return;
+    if (verdict == ManifestFieldParser::Unsure && !(record = parse_manifest_line(text, kResumeFields))) return;
+    const int64_t index = record ? (*record)["index"].get<int64_t>() : fields.index;
+    if (index < begin || index >= end || index >= std::ssize(jobs)) return;
+    const ImageJob& job = jobs[static_cast<size_t>(index)];
+    auto state_by = [&](OutputTrust trust, std::string* other) {
+      if (!record)
+        if (const auto quick = quick_state_of(out_dir, job, key, fields, trust, loras)) return *quick;
+      if (!record) record = parse_manifest_line(text, kResumeFields);
+      return record ? state_of(out_dir, job, key, *record, trust, other) : PreviousImages::Absent;
+    };
+    std::string other;
+    auto state = state_by(OutputTrust::Stat, &other);
+    if (state == PreviousImages::Absent) return;  // (the full parser skips a line the quick one read)
+    previous.examples.erase(index);
+    if (state == PreviousImages::OtherSettings && previous.examples.size() < kExamplesKept)
+      previous.examples.emplace(index, std::move(other));
+    if (changed_in_place) {
+      const bool by_hash = (state == PreviousImages::Complete || state == PreviousImages::Packed) &&
+                           state_by(OutputTrust::Hash, nullptr) != state;
+      changed[static_cast<size_t>(index)] = by_hash;
+      if (by_hash) state = PreviousImages::Incomplete;
+    }
+    previous.state[static_cast<size_t>(index)] = state;
+  });
+  if (changed_in_place)
+    for (size_t i = 0; i < changed.size(); ++i)
+      if (changed[i]) changed_in_place->push_back(static_cast<int64_t>(i));
+  return previous;
+}
+
+PreviousImages scan_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                    const ResumeKey& key) {
+  return scan_previous_images(out_dir, jobs, key, 0, std::ssize(jobs), nullptr);
+}
+
+std::vector<int64_t> outputs_changed_in_place(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                              int64_t begin, int64_t end, const ResumeKey& key, const Log& log) {
+  std::vector<int64_t> changed;
+  scan_previous_images(out_dir, jobs, key, begin, end, &changed);
+  for (const int64_t i : changed)
+    log.warn("{}/{}: its bytes differ from the sha256 the manifest lists, though its size and mtime do not: made "
+             "again",
+             out_dir, jobs[static_cast<size_t>(i)].file());
+  return changed;
+}
+
+void check_previous_images(const std::string& out_dir, const PreviousImages& previous) {
+  const int64_t count = previous.count(PreviousImages::OtherSettings, 0, std::ssize(previous.state));
+  std::vector<std::string> found;
+  for (auto it = previous.examples.begin(); it != previous.examples.end() && found.size() < 3; ++it)
+    found.push_back(it->second);
+  if (count > 0)
+    fail_input("--out {}: {} image(s) there were made with other settings than this run asks for: {}{}. Give "
+               "another --out (in a job script: DITBATCH_OUT), or --overwrite to make them again with these settings "
+               "(not in a job that requeues: it would start over at each requeue)",
+               out_dir, count, fmt::join(found, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
+}
+
+void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
+  check_previous_images(out_dir, scan_previous_images(out_dir, jobs, key));
+}
+
+}  // namespace ditbatch
