@@ -330,6 +330,197 @@ void print_summary(const std::vector<std::string>& reports, double wall, const s
 
 }  // namespace
 
+// What every rank of a run knows before any weight is read, decided by rank 0: the job list,
+// the LoRA set, the array slice, which images are complete, how many are left to make, and
+// rank 0's lock on the slice's images (held for the whole run).
+struct RunPlan {
+  std::vector<ImageJob> jobs;
+  LoraSet loras;
+  ArraySlice slice;
+  std::vector<uint8_t> complete;  // per job index, rank 0's, from the scan made at validation
+  int64_t remaining = 0;          // images of the slice still to make
+  std::optional<ImageRangeLock> lock;
+  std::pair<int64_t, int64_t> slice_range(const GenerateOptions& o) const {
+    return slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
+  }
+};
+
+// Collective. Rank 0 checks the input once (on a bad input every rank exits 2, rank 0 says
+// why), scans the folder, removes what killed writers left and takes the lock; every rank then
+// learns the plan. o.run gets the run's id, the images to make again and the complete flags.
+void plan_run(GenerateOptions& o, const World& world, const Log& log, std::optional<WeightStore>& weight_file,
+              RunPlan& plan) {
+  for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
+  std::string loras_json;
+  PreviousImages previous;  // rank 0's
+  decide_on_rank0(world, [&] {
+    try {
+      plan.jobs = validate_input(o, world, log, loras_json, previous, weight_file);
+    } catch (const std::exception& e) {  // whatever stops the check is the input's to mend: exit 2
+      throw InputError(*e.what() ? e.what() : "checking the input failed");
+    }
+  });
+  // (one process: the list as it is; a million jobs take seconds to write and read as JSON)
+  if (world.size() > 1) plan.jobs = jobs_from_json(world.broadcast(world.rank() == 0 ? jobs_to_json(plan.jobs) : "", 0));
+  plan.loras = LoraSet::from_json(world.broadcast(loras_json, 0));
+  o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
+
+  plan.slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
+  if (o.verify_outputs && !o.run.overwrite)
+    o.run.remake = verify_outputs(o, plan.jobs, plan.slice, plan.loras, weight_file, world, log);
+  decide_on_rank0(world, [&] {
+    for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
+      log.info("removed {} (left by a killed writer)", orphan);
+    for (const std::string& folder : output_subfolders(o.run.out_dir))
+      for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir + "/" + folder))
+        log.info("removed {} (left by a killed writer)", orphan);
+    const auto [lo, hi] = plan.slice_range(o);
+    plan.complete = o.run.overwrite ? std::vector<uint8_t>(plan.jobs.size(), 0) : previous.complete_flags();
+    for (const int64_t i : o.run.remake) plan.complete[static_cast<size_t>(i)] = 0;
+    plan.remaining = std::count(plan.complete.begin() + lo, plan.complete.begin() + hi, uint8_t{0});
+    if (plan.remaining > 0) {
+      plan.lock.emplace(o.run.out_dir, lo, hi);
+      if (!plan.lock->held())
+        log.warn("{}: this file system has no locks; a second run of this job would not be noticed", plan.lock->path());
+    }
+  });
+  plan.remaining = std::stoll(world.broadcast(std::to_string(plan.remaining), 0));
+  if (plan.remaining == 0) return;
+  // Every rank skips what rank 0 found complete (one byte an image; the ranks read no manifest).
+  const std::string flags =
+      world.broadcast(world.rank() == 0 ? std::string(plan.complete.begin(), plan.complete.end()) : "", 0);
+  plan.complete.assign(flags.begin(), flags.end());
+  o.run.complete = plan.complete;
+  o.run.rank = world.rank();
+  o.run.host = world.host();
+  if (world.rank() == 0)
+    log.info("{} image(s), {} rank(s) on {} node(s)", plan.jobs.size(), world.size(), world.node_count());
+  log.debug("local rank {} ({})", world.local_rank(), world.local_rank_source());
+}
+
+// Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
+int finish_with_nothing_to_make(GenerateOptions& o, RunPlan& plan, const World& world, const Stopwatch& wall,
+                                const Log& log) {
+  if (world.rank() != 0) return 0;
+  // Every image made, but a tar whose images a stopped run staged is still to write.
+  if (o.layout.tars()) pack_staged_tars(o, plan.jobs, plan.slice, plan.complete, log);
+  bool folded = false;
+  merge_manifest(o.run.out_dir, &folded);
+  // The report of a folder nothing was added to is the one there (a million-image page takes
+  // longer to write than the rest of this rerun).
+  if (folded || report_is_older_than_manifest(o.run.out_dir)) write_run_report_after_run(o.run.out_dir, log);
+  const auto [lo, hi] = plan.slice_range(o);
+  log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); {}, weights not read", hi - lo,
+           wall.seconds(), world.size(),
+           hi == lo ? fmt::format("slice {} of {} has no images ({} prompts)", plan.slice.index, plan.slice.count,
+                                  plan.jobs.size())
+                    : std::string("every image of this slice is complete"));
+  return 0;
+}
+
+// This rank's share of the run: its backend (a GPU checked against the CPU first), the memory
+// plan, the pipeline and the loop. A fatal error on any rank ends the whole job at once (no hang).
+RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, const RunPlan& plan, World& world,
+                         std::optional<WeightStore>& weight_file, const Log& log) {
+  const std::vector<ImageJob>& jobs = plan.jobs;
+  RankReport report;
+  report.host = world.host();
+  try {
+    const ShardMode shard = resolve_shard_mode(requested_shard, jobs, o.run.offload_text_encoder);
+    std::unique_ptr<WorkSource> work = make_work(shard, plan.slice, std::ssize(jobs), world, o.layout.images_per_unit());
+    if (world.rank() == 0)
+      log.info("shard {}{}", shard_mode_name(shard),
+               plan.slice.count > 1 ? fmt::format(", array slice {} of {}", plan.slice.index, plan.slice.count) : "");
+    const DeviceChoice gpu = choose_device(o, world, log);
+    std::unique_ptr<Backend> backend = make_backend(o.backend_kind, gpu.device, log);
+    if (backend->device() != Device::Host && !o.no_selftest) {  // a GPU is trusted once it agrees with the CPU
+      Stopwatch check;
+      const std::string failure = preflight_failure(*backend);
+      if (!failure.empty())
+        fail("the GPU disagrees with the CPU reference, so no image is made: {} (ditbatch selftest tells more; "
+             "--no-selftest skips this check)",
+             failure);
+      log.info("{}: the quick op cases agree with the CPU ({:.1f} s)", backend->name(), check.seconds());
+    }
+    if (!weight_file) weight_file.emplace(WeightStore::open(o.weights_path));
+    WeightStore& weights = *weight_file;
+    if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
+      int64_t width = 0, height = 0;
+      for (const ImageJob& job : jobs)
+        if (job.width * job.height > width * height) width = job.width, height = job.height;
+      const int64_t timesteps = std::ssize(conditioning_timesteps(chosen_scheduler(o, weights), jobs));
+      const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->weight_dtype()), width, height,
+                                                       o.max_sequence_length, timesteps);
+      check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
+      log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),
+               static_cast<double>(memory->free_bytes) / double(1 << 30));
+    }
+    auto reader = std::make_shared<NodeWeightReader>(world);
+    const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
+    const int64_t lora_read_before = safetensors_bytes_read();
+    QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
+    pipeline.use_scheduler(chosen_scheduler(o, weights));
+    pipeline.use_loras(plan.loras);
+    // This rank's share: known for static shards, an even share for dynamic ones.
+    const auto planned = work->planned();
+    const int64_t share = planned ? static_cast<int64_t>(planned->size())
+                                  : (static_cast<int64_t>(jobs.size()) + world.size() - 1) / world.size();
+    Progress progress(log, share, world.size() == 1);
+    RunSummary summary =
+        run_generation(pipeline, jobs, *work, o.run, OutputProvenance::from(weights, pipeline), progress, log);
+    report.done = summary.done;
+    report.skipped = summary.skipped;
+    report.failed = summary.failed;
+    report.stopped = summary.stopped_by_signal;
+    report.tars_not_written = summary.tars_not_written;
+    report.seconds = summary.seconds;
+    report.weight_bytes = h5::dataset_bytes_read() - read_before;
+    report.lora_bytes = safetensors_bytes_read() - lora_read_before;
+    log.debug("{}: opened {} time(s) by this rank", o.weights_path, WeightStore::times_opened());
+  } catch (const std::exception& e) {
+    if (world.size() == 1) throw;  // one process: the usual error line and exit status
+    log.error("fatal: {}", e.what());
+    log.flush();
+    world.abort(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+  }
+  return report;
+}
+
+// Collective: rank 0 merges the manifest and prints the summary; the exit status (0, 1 for a
+// failed image or tar, kExitRequeue when a signal left images untried) is every rank's.
+int gather(const GenerateOptions& o, const RunPlan& plan, const RankReport& report, World& world,
+           const Stopwatch& wall, const Log& log) {
+  std::vector<std::string> reports = world.gather(report_to_json(report), 0);
+  world.barrier();
+  if (world.rank() == 0) {
+    merge_manifest(o.run.out_dir);
+    print_summary(reports, wall.seconds(), o.weights_path, !plan.loras.empty(), log);
+  }
+  // collective, so on every rank
+  const bool stopped = world.max(report.stopped) > 0;
+  const int64_t failed = world.sum(report.failed);
+  const int64_t tars_not_written = world.sum(report.tars_not_written);
+  const int64_t attempted = world.sum(report.done) + world.sum(report.skipped) + failed;
+  const auto [lo, hi] = plan.slice_range(o);
+  // 75 asks the job script to requeue: only when images were left untried. A signal during
+  // the last image leaves nothing to resume (a failed image is retried by a rerun, but a
+  // requeue would most likely fail it again: exit 1 says so).
+  const int64_t untried = hi - lo - attempted;
+  // Last, after the collectives: the other ranks need not wait for it (a large folder takes
+  // seconds), and a kill during it (the end of a preemption's grace time) loses no image.
+  if (world.rank() == 0) write_run_report_after_run(o.run.out_dir, log);
+  if (stopped && untried > 0) {
+    if (world.rank() == 0)
+      log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", untried);
+    return kExitRequeue;
+  }
+  if (stopped && world.rank() == 0) log.info("a signal came during the last image(s): nothing is left to make");
+  if (tars_not_written > 0 && world.rank() == 0)
+    log.error("{} tar(s) could not be written; their images are staged and listed: run again to write them",
+              tars_not_written);
+  return failed > 0 || tars_not_written > 0 ? 1 : 0;
+}
+
 int cmd_generate(const std::vector<std::string>& args) {
   install_stop_handlers();  // first: a signal during start-up must not kill the process
   GenerateOptions o;
@@ -436,165 +627,13 @@ int cmd_generate(const std::vector<std::string>& args) {
   omp_set_num_threads(threads);
   warn_about_threads(threads, world, log);
 
-  // ---- rank 0 checks the input once; on a bad input every rank exits 2, rank 0 says why ----
-  for (const std::string& text : o.loras) parse_lora_argument(text);  // a strength that is no number: at once
-  std::string loras_json;
-  std::vector<ImageJob> jobs;
-  PreviousImages previous;                // rank 0's
+  RunPlan plan;
   std::optional<WeightStore> weight_file;  // opened once per rank: by the check on rank 0, else when first needed
-  decide_on_rank0(world, [&] {
-    try {
-      jobs = validate_input(o, world, log, loras_json, previous, weight_file);
-    } catch (const std::exception& e) {  // whatever stops the check is the input's to mend: exit 2
-      throw InputError(*e.what() ? e.what() : "checking the input failed");
-    }
-  });
-  // (one process: the list as it is; a million jobs take seconds to write and read as JSON)
-  if (world.size() > 1) jobs = jobs_from_json(world.broadcast(world.rank() == 0 ? jobs_to_json(jobs) : "", 0));
-  const LoraSet loras = LoraSet::from_json(world.broadcast(loras_json, 0));
-  o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
-
-  // Nothing left to make in this slice (a rerun, the last requeue): done without reading weights.
-  const ArraySlice slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
-  if (o.verify_outputs && !o.run.overwrite) o.run.remake = verify_outputs(o, jobs, slice, loras, weight_file, world, log);
-  int64_t remaining = 0;
-  std::vector<uint8_t> complete;       // per job index, rank 0's, from the scan made at validation
-  std::optional<ImageRangeLock> lock;  // rank 0's, for the whole run
-  decide_on_rank0(world, [&] {
-    for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir))
-      log.info("removed {} (left by a killed writer)", orphan);
-    for (const std::string& folder : output_subfolders(o.run.out_dir))
-      for (const std::string& orphan : remove_orphaned_temp_files(o.run.out_dir + "/" + folder))
-        log.info("removed {} (left by a killed writer)", orphan);
-    const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
-    complete = o.run.overwrite ? std::vector<uint8_t>(jobs.size(), 0) : previous.complete_flags();
-    for (const int64_t i : o.run.remake) complete[static_cast<size_t>(i)] = 0;
-    remaining = std::count(complete.begin() + lo, complete.begin() + hi, uint8_t{0});
-    if (remaining > 0) {
-      lock.emplace(o.run.out_dir, lo, hi);
-      if (!lock->held())
-        log.warn("{}: this file system has no locks; a second run of this job would not be noticed", lock->path());
-    }
-  });
-  if (std::stoll(world.broadcast(std::to_string(remaining), 0)) == 0) {
-    if (world.rank() == 0) {
-      // Every image made, but a tar whose images a stopped run staged is still to write.
-      if (o.layout.tars()) pack_staged_tars(o, jobs, slice, complete, log);
-      bool folded = false;
-      merge_manifest(o.run.out_dir, &folded);
-      // The report of a folder nothing was added to is the one there (a million-image page takes
-      // longer to write than the rest of this rerun).
-      if (folded || report_is_older_than_manifest(o.run.out_dir)) write_run_report_after_run(o.run.out_dir, log);
-      const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
-      log.info("summary: 0 done, {} skipped, 0 failed in {:.1f} s on {} rank(s); {}, weights not read", hi - lo,
-               wall.seconds(), world.size(),
-               hi == lo ? fmt::format("slice {} of {} has no images ({} prompts)", slice.index, slice.count, jobs.size())
-                        : std::string("every image of this slice is complete"));
-    }
-    return 0;
-  }
-  // Every rank skips what rank 0 found complete (one byte an image; the ranks read no manifest).
-  const std::string flags = world.broadcast(world.rank() == 0 ? std::string(complete.begin(), complete.end()) : "", 0);
-  o.run.complete = std::vector<uint8_t>(flags.begin(), flags.end());
-  o.run.rank = world.rank();
-  o.run.host = world.host();
-  if (world.rank() == 0)
-    log.info("{} image(s), {} rank(s) on {} node(s)", jobs.size(), world.size(), world.node_count());
-  log.debug("local rank {} ({})", world.local_rank(), world.local_rank_source());
-
-  // ---- per-rank setup: a fatal error on any rank ends the whole job at once (no hang) ----
-  RankReport report;
-  report.host = world.host();
-  try {
-    const ShardMode shard = resolve_shard_mode(requested_shard, jobs, o.run.offload_text_encoder);
-    std::unique_ptr<WorkSource> work = make_work(shard, slice, std::ssize(jobs), world, o.layout.images_per_unit());
-    if (world.rank() == 0)
-      log.info("shard {}{}", shard_mode_name(shard),
-               slice.count > 1 ? fmt::format(", array slice {} of {}", slice.index, slice.count) : "");
-    const DeviceChoice gpu = choose_device(o, world, log);
-    std::unique_ptr<Backend> backend = make_backend(o.backend_kind, gpu.device, log);
-    if (backend->device() != Device::Host && !o.no_selftest) {  // a GPU is trusted once it agrees with the CPU
-      Stopwatch check;
-      const std::string failure = preflight_failure(*backend);
-      if (!failure.empty())
-        fail("the GPU disagrees with the CPU reference, so no image is made: {} (ditbatch selftest tells more; "
-             "--no-selftest skips this check)",
-             failure);
-      log.info("{}: the quick op cases agree with the CPU ({:.1f} s)", backend->name(), check.seconds());
-    }
-    if (!weight_file) weight_file.emplace(WeightStore::open(o.weights_path));
-    WeightStore& weights = *weight_file;
-    if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
-      int64_t width = 0, height = 0;
-      for (const ImageJob& job : jobs)
-        if (job.width * job.height > width * height) width = job.width, height = job.height;
-      const int64_t timesteps = std::ssize(conditioning_timesteps(chosen_scheduler(o, weights), jobs));
-      const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->weight_dtype()), width, height,
-                                                       o.max_sequence_length, timesteps);
-      check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
-      log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),
-               static_cast<double>(memory->free_bytes) / double(1 << 30));
-    }
-    auto reader = std::make_shared<NodeWeightReader>(world);
-    const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
-    const int64_t lora_read_before = safetensors_bytes_read();
-    QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
-    pipeline.use_scheduler(chosen_scheduler(o, weights));
-    pipeline.use_loras(loras);
-    // This rank's share: known for static shards, an even share for dynamic ones.
-    const auto planned = work->planned();
-    const int64_t share = planned ? static_cast<int64_t>(planned->size())
-                                  : (static_cast<int64_t>(jobs.size()) + world.size() - 1) / world.size();
-    Progress progress(log, share, world.size() == 1);
-    RunSummary summary =
-        run_generation(pipeline, jobs, *work, o.run, OutputProvenance::from(weights, pipeline), progress, log);
-    report.done = summary.done;
-    report.skipped = summary.skipped;
-    report.failed = summary.failed;
-    report.stopped = summary.stopped_by_signal;
-    report.tars_not_written = summary.tars_not_written;
-    report.seconds = summary.seconds;
-    report.weight_bytes = h5::dataset_bytes_read() - read_before;
-    report.lora_bytes = safetensors_bytes_read() - lora_read_before;
-    log.debug("{}: opened {} time(s) by this rank", o.weights_path, WeightStore::times_opened());
-  } catch (const std::exception& e) {
-    if (world.size() == 1) throw;  // one process: the usual error line and exit status
-    log.error("fatal: {}", e.what());
-    log.flush();
-    world.abort(dynamic_cast<const InputError*>(&e) ? 2 : 1);
-  }
+  plan_run(o, world, log, weight_file, plan);
+  if (plan.remaining == 0) return finish_with_nothing_to_make(o, plan, world, wall, log);
+  RankReport report = run_this_rank(o, requested_shard, plan, world, weight_file, log);
   weight_file.reset();  // the file's mapping, before the merge and the report
-
-  // ---- gather: rank 0 merges the manifest and prints the summary ----
-  std::vector<std::string> reports = world.gather(report_to_json(report), 0);
-  world.barrier();
-  if (world.rank() == 0) {
-    merge_manifest(o.run.out_dir);
-    print_summary(reports, wall.seconds(), o.weights_path, !loras.empty(), log);
-  }
-  // collective, so on every rank
-  const bool stopped = world.max(report.stopped) > 0;
-  const int64_t failed = world.sum(report.failed);
-  const int64_t tars_not_written = world.sum(report.tars_not_written);
-  const int64_t attempted = world.sum(report.done) + world.sum(report.skipped) + failed;
-  const auto [lo, hi] = slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
-  // 75 asks the job script to requeue: only when images were left untried. A signal during
-  // the last image leaves nothing to resume (a failed image is retried by a rerun, but a
-  // requeue would most likely fail it again: exit 1 says so).
-  const int64_t untried = hi - lo - attempted;
-  // Last, after the collectives: the other ranks need not wait for it (a large folder takes
-  // seconds), and a kill during it (the end of a preemption's grace time) loses no image.
-  if (world.rank() == 0) write_run_report_after_run(o.run.out_dir, log);
-  if (stopped && untried > 0) {
-    if (world.rank() == 0)
-      log.warn("stopped by a signal with {} image(s) left: run again (or requeue) to resume", untried);
-    return kExitRequeue;
-  }
-  if (stopped && world.rank() == 0) log.info("a signal came during the last image(s): nothing is left to make");
-  if (tars_not_written > 0 && world.rank() == 0)
-    log.error("{} tar(s) could not be written; their images are staged and listed: run again to write them",
-              tars_not_written);
-  return failed > 0 || tars_not_written > 0 ? 1 : 0;
+  return gather(o, plan, report, world, wall, log);
 }
 
 }  // namespace ditbatch
