@@ -444,11 +444,12 @@ RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, co
     }
     if (!weight_file) weight_file.emplace(WeightStore::open(o.weights_path));
     WeightStore& weights = *weight_file;
+    const SchedulerConfig scheduler = chosen_scheduler(o, weights);
     if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
       int64_t width = 0, height = 0;
       for (const ImageJob& job : jobs)
         if (job.width * job.height > width * height) width = job.width, height = job.height;
-      const int64_t timesteps = std::ssize(conditioning_timesteps(chosen_scheduler(o, weights), jobs));
+      const int64_t timesteps = std::ssize(conditioning_timesteps(scheduler, jobs));
       const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->weight_dtype()), width, height,
                                                        o.max_sequence_length, timesteps);
       check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
@@ -459,7 +460,7 @@ RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, co
     const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
     const int64_t lora_read_before = safetensors_bytes_read();
     QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
-    pipeline.use_scheduler(chosen_scheduler(o, weights));
+    pipeline.use_scheduler(scheduler);
     pipeline.use_loras(plan.loras);
     // This rank's share: known for static shards, an even share for dynamic ones.
     const auto planned = work->planned();
