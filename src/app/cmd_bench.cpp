@@ -522,6 +522,8 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
                  "--layers blocks is written there first)");
     const DType dtype = parse_dtype(lo.dtype);
     if (dtype != DType::BF16 && dtype != DType::F32) fail_input("--dtype {}: expected bf16 or f32", lo.dtype);
+    if (lo.layers < 1)
+      fail_input("--layers {}: expected at least 1 (transformer blocks and text-encoder layers of the file)", lo.layers);
     if (lo.format_version != kWeightFormatVersion && lo.format_version != 2)
       fail_input("--format {}: expected {} (this ditbatch's) or 2 (SHA-256 digests)", lo.format_version,
                  kWeightFormatVersion);

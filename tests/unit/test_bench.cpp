@@ -133,6 +133,10 @@ TEST(Bench, LoadTimesTheFileAndThePipelineLoad) {
   EXPECT_EQ(bad.status, 2) << bad.output;
   EXPECT_NE(bad.output.find("--dtype f16: expected bf16 or f32"), std::string::npos) << bad.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "never.h5"));
+  auto no_layers = test::run(test::exe() + " bench load --out " + dir / "never.h5" + " --layers 0 --backend cpu");
+  EXPECT_EQ(no_layers.status, 2) << no_layers.output;
+  EXPECT_NE(no_layers.output.find("--layers 0: expected at least 1"), std::string::npos) << no_layers.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "never.h5"));
 }
 
 // The convert bench converts a folder written from the file and says the checksum came back.
