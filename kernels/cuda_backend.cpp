@@ -542,10 +542,9 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   expect_float("linear_gelu", x, "x");
   expect_float("linear_gelu", w, "w");
   expect_float("linear_gelu", bias, "bias");
-  const auto [M, N, K] = op_shapes::linear("linear_gelu", x, w, &bias);
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor y = m.alloc(out_shape, m.opt.act_dtype, "linear_gelu");
+  const op_shapes::LinearDims d = op_shapes::linear("linear_gelu", x, w, &bias);
+  const auto [M, N, K] = d;
+  Tensor y = m.alloc(op_shapes::linear_result(x, d), m.opt.act_dtype, "linear_gelu");
   if (M == 0 || N == 0) return y;
   DeviceBlock x_conv, bias_conv;
   const void* xp = m.as_dtype(x, w.dtype(), x_conv, "linear_gelu: x converted to the weight dtype");

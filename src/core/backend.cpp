@@ -8,10 +8,7 @@
 namespace ditbatch {
 
 Tensor Backend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype) {
-  const op_shapes::LinearDims d = op_shapes::linear("linear", x, w, bias);
-  Shape out_shape = x.shape();
-  out_shape.back() = d.N;
-  Tensor y = empty(out_shape, out_dtype);
+  Tensor y = empty(op_shapes::linear_result(x, op_shapes::linear("linear", x, w, bias)), out_dtype);
   linear(x, w, bias, y);
   return y;
 }

@@ -53,11 +53,15 @@ LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor
   return d;
 }
 
-LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
-  const LinearDims d = linear(op, x, w, bias);
+Shape linear_result(const Tensor& x, const LinearDims& d) {
   Shape result = x.shape();
   result.back() = d.N;
-  output(op, out, result);
+  return result;
+}
+
+LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+  const LinearDims d = linear(op, x, w, bias);
+  output(op, out, linear_result(x, d));
   return d;
 }
 

@@ -28,6 +28,8 @@ void has_rows(const char* op, const Tensor& x);
 void output(const char* op, const Tensor& out, const Shape& result);
 
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias);
+// linear()'s result shape: x's leading dims, then N.
+Shape linear_result(const Tensor& x, const LinearDims& d);
 // linear() whose result goes to out [.., N] (x's leading dims).
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias);
