@@ -8,6 +8,8 @@
 // 2. attention_gemm: materialised. S = scale * Q K^T by strided-batched cuBLASLt GEMMs in fp32,
 //    a softmax kernel (fp32, causal mask) writes P in the input dtype, O = P V by cuBLASLt.
 //    Query rows go in chunks so that S and P stay under ~1 GiB whatever the sequence.
+// 3. set_sequence_lengths: the two device words a padded cuDNN SDPA call reads its real
+//    lengths from, written on the stream (in order with the call, whatever runs before it).
 #include <math_constants.h>
 
 #include "device_utils.cuh"
@@ -172,6 +174,11 @@ __global__ void softmax_rows_kernel(const float* __restrict__ scores, T* __restr
   for (int64_t j = lane; j < kl; j += 32) p[j] = from_f<T>(j < valid ? expf(s[j] - mx) * inv : 0.0f);
 }
 
+__global__ void set_sequence_lengths_kernel(int32_t* __restrict__ lengths, int32_t Lq, int32_t Lk) {
+  lengths[0] = Lq;
+  lengths[kSeqLenStride] = Lk;
+}
+
 // ---------------------------------------------------------------------------------------------
 // launchers
 // ---------------------------------------------------------------------------------------------
@@ -289,6 +296,15 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
       ctx.gemm->run(ctx, c);
     }
   }
+}
+
+void set_sequence_lengths(const CudaContext& ctx, int32_t* lengths, int64_t Lq, int64_t Lk) {
+  if (!lengths || reinterpret_cast<uintptr_t>(lengths) % 16 != 0)
+    fail("attention (cuDNN SDPA): the sequence-length buffer must be 16-byte aligned");
+  if (Lq < 1 || Lq > INT32_MAX || Lk < 1 || Lk > INT32_MAX)
+    fail(cat("attention (cuDNN SDPA): sequence lengths ", Lq, " and ", Lk, " must be positive int32"));
+  set_sequence_lengths_kernel<<<1, 1, 0, ctx.stream>>>(lengths, static_cast<int32_t>(Lq), static_cast<int32_t>(Lk));
+  ctx.launched("attention (cuDNN SDPA): sequence lengths");
 }
 
 }  // namespace ditbatch::cuda

@@ -164,6 +164,14 @@ CudaBackendOptions CudaBackendOptions::from_env(int device) {
   else fail_input("DITBATCH_CUDA_CONV={}: expected auto, cudnn or im2col", conv);
   o.cudnn_self_check = env_flag("DITBATCH_CUDA_CUDNN_CHECK", o.cudnn_self_check);
   o.reference_gemm = env_flag("DITBATCH_CUDA_REFERENCE_GEMM", o.reference_gemm);
+  const std::string bucket = env("DITBATCH_CUDA_SDPA_BUCKET");
+  if (!bucket.empty()) {
+    char* end = nullptr;
+    const long long n = std::strtoll(bucket.c_str(), &end, 10);
+    if (end == bucket.c_str() || *end != '\0' || n < 0 || n > 4096)
+      fail_input("DITBATCH_CUDA_SDPA_BUCKET={}: expected 0 (exact lengths) to 4096 rows", bucket);
+    o.sdpa_bucket = n;
+  }
   return o;
 }
 
@@ -182,9 +190,10 @@ struct CudaBackend::Impl {
   cuda::CudaContext ctx;
   cudaEvent_t timing[2] = {nullptr, nullptr};
   int64_t attention_calls[3] = {0, 0, 0};  // cudnn, gemm, flash
+  int64_t attention_padded_calls = 0;       // cuDNN calls padded to a bucket
   int64_t conv_calls[2] = {0, 0};          // cudnn, im2col
 
-  Impl(const CudaBackendOptions& o, const Log& l) : opt(o), log(l) {}
+  Impl(const CudaBackendOptions& o, const Log& l) : opt(o), log(l), sdpa(o.sdpa_bucket) {}
 
   Tensor alloc(const Shape& shape, DType dtype, const char* what, bool exact = false) {
     const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
@@ -238,8 +247,10 @@ struct CudaBackend::Impl {
 
   // o [Lq, H, Dh] (allocated, or rows of a larger tensor) = attention of checked q, k, v, by
   // the path the options choose: flash kernel, cuDNN's SDPA (self-checked once per engine config), or
-  // the GEMM path, which also catches whatever cuDNN refuses.
-  void attention_to(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, float scale, bool causal) {
+  // the GEMM path, which also catches whatever cuDNN refuses. spare_rows past each tensor let
+  // cuDNN pad the lengths to its bucket.
+  void attention_to(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, float scale, bool causal,
+                    int64_t spare_rows) {
     cuda::AttentionShape s;
     s.Lq = q.dim(0);
     s.H = q.dim(1);
@@ -256,11 +267,17 @@ struct CudaBackend::Impl {
       return;
     }
     if ((path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn) &&
-        sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, nullptr)) {
+        sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, spare_rows, nullptr)) {
       std::string error;
-      const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, &error);
+      DeviceBlock lengths;  // a padded call's real lengths (freed in stream order, as a workspace)
+      if (sdpa.plan_shape(s, spare_rows).padded) {
+        lengths = scratch(2 * cuda::kSeqLenStride * sizeof(int32_t), "attention (cuDNN SDPA): sequence lengths");
+        cuda::set_sequence_lengths(ctx, lengths.as<int32_t>(), s.Lq, s.Lk);
+      }
+      const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, spare_rows, lengths.as<int32_t>(), &error);
       if (cudnn_ran(sdpa, result, error, "the GEMM attention path")) {
         ++attention_calls[0];
+        attention_padded_calls += sdpa.plan_shape(s, spare_rows).padded;
         if (result == cuda::CudnnPath::Result::RanNewEngine && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
         return;
       }
@@ -433,6 +450,7 @@ CudaBackendStats CudaBackend::stats() const {
   s.allocations = mem.allocations;
   s.gemm_shapes = m.gemm->cached_shapes();
   s.attention_cudnn = m.attention_calls[0];
+  s.attention_cudnn_padded = m.attention_padded_calls;
   s.attention_gemm = m.attention_calls[1];
   s.attention_flash = m.attention_calls[2];
   s.sdpa_status = m.sdpa.status();
@@ -594,19 +612,29 @@ Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& b
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                            const Tensor& out) {
+                            const Tensor& out, int64_t spare_rows) {
   Impl& m = *impl_;
   expect_float("attention", q, "q");
   expect_float("attention", k, "k");
   expect_float("attention", v, "v");
   expect_float("attention", out, "out");
-  op_shapes::attention(q, k, v, causal, out);
+  op_shapes::attention(q, k, v, causal, out, spare_rows);
   DITBATCH_CHECK(q.dtype() == k.dtype() && k.dtype() == v.dtype(), "attention: q {} k {} v {} must share one dtype",
                  q.describe(), k.describe(), v.describe());
-  // The kernels write q's dtype: another out dtype goes through a copy.
-  Tensor o = out.dtype() == q.dtype() ? out : m.alloc(q.shape(), q.dtype(), "attention");  // [Lq, H, Dh]
-  m.attention_to(q, k, v, o, scale, causal);
-  if (o.raw() != out.raw()) copy_(out, o);
+  // The kernels write q's dtype: another out dtype goes through a copy (which has no spare rows).
+  if (out.dtype() == q.dtype()) {
+    Tensor o = out;
+    m.attention_to(q, k, v, o, scale, causal, spare_rows);
+    return;
+  }
+  Tensor o = m.alloc(q.shape(), q.dtype(), "attention");  // [Lq, H, Dh]
+  m.attention_to(q, k, v, o, scale, causal, 0);
+  copy_(out, o);
+}
+
+int64_t CudaBackend::attention_spare_rows() const {
+  const CudaAttentionPath path = impl_->opt.attention;
+  return path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn ? impl_->sdpa.spare_rows_wanted() : 0;
 }
 
 // ---- normalisation --------------------------------------------------------------------------

@@ -40,10 +40,12 @@ struct CudaBackendOptions {
   CudaConvPath conv = CudaConvPath::Auto;
   bool cudnn_self_check = true;   // each new cuDNN plan's first output checked against our path
   bool reference_gemm = false;    // every GEMM through our tiled kernel instead of cuBLASLt
+  // cuDNN SDPA pads attention lengths up to a multiple of this where the caller leaves room
+  // (cuDNN >= 9.15): a few plans per resolution. 0: a plan for every exact length.
+  int64_t sdpa_bucket = 128;
   // The defaults, overridden by DITBATCH_CUDA_ACT=bf16|f32, DITBATCH_CUDA_ATTENTION=auto|cudnn|
   // gemm|flash, DITBATCH_CUDA_CONV=auto|cudnn|im2col, DITBATCH_CUDA_POISON=1, DITBATCH_CUDA_SYNC=1,
-  // DITBATCH_CUDA_CUDNN_CHECK=0,
-  // DITBATCH_CUDA_REFERENCE_GEMM=1.
+  // DITBATCH_CUDA_CUDNN_CHECK=0, DITBATCH_CUDA_REFERENCE_GEMM=1, DITBATCH_CUDA_SDPA_BUCKET=N.
   static CudaBackendOptions from_env(int device);
 };
 
@@ -53,6 +55,7 @@ struct CudaBackendStats {
   int64_t device_mallocs = 0, allocations = 0;
   int64_t gemm_shapes = 0;  // distinct GEMM shapes planned so far
   int64_t attention_cudnn = 0, attention_gemm = 0, attention_flash = 0;  // calls per path
+  int64_t attention_cudnn_padded = 0;  // of the cuDNN calls, those padded to a bucket
   std::string sdpa_status;  // "available (...)" or "disabled: why"
   int64_t conv_cudnn = 0, conv_im2col = 0;  // conv2d_3x3 calls per path
   std::string conv_status;  // cuDNN convolution: "available (...)" or "disabled: why"
@@ -82,8 +85,9 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override;
   Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
   using Backend::attention;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                 const Tensor& out) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out,
+                 int64_t spare_rows) override;
+  int64_t attention_spare_rows() const override;
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
   Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, float eps) override;

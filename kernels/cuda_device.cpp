@@ -87,6 +87,7 @@ CudaBuild cuda_build() {
   b.cudnn = CUDNN_VERSION;
   b.architectures = DITBATCH_CUDA_ARCHITECTURES;
   b.cudnn_sdpa = cuda::cudnn::sdpa_compiled();
+  b.cudnn_sdpa_padding = cuda::cudnn::sdpa_seq_len_compiled();
   b.cudnn_conv = true;  // nothing the convolution graph uses is newer than cuDNN 9.0 (cudnn_graph.h)
   b.cudnn_deviceless = cuda::cudnn::deviceless_compiled();
   return b;
@@ -111,8 +112,12 @@ std::string cuda_version_report() {
   std::string out = fmt::format("CUDA backend: built with CUDA {}, cuBLAS {}, cuDNN {} headers, for {}\n",
                                 cuda_version_name(b.cuda), cublas_version_name(b.cublas),
                                 cudnn_version_name(static_cast<size_t>(b.cudnn)), b.architectures);
-  out += fmt::format("cuDNN paths compiled in: SDPA attention {}, convolution {}\n",
+  out += fmt::format("cuDNN paths compiled in: SDPA attention {}{}, convolution {}\n",
                      b.cudnn_sdpa ? "yes" : "no (headers older than 9.13.0: attention takes the GEMM path)",
+                     !b.cudnn_sdpa                ? ""
+                     : b.cudnn_sdpa_padding       ? ", lengths padded to buckets yes"
+                                                  : ", lengths padded to buckets no (headers older than 9.15.0: a plan "
+                                                    "per prompt length)",
                      b.cudnn_conv ? "yes" : "no");
   out += fmt::format("found at run time: {}; cudart {}, cuBLASLt {} (CUDA {}), cuDNN {} (CUDA {})\n",
                      r.driver > 0 ? "driver for CUDA " + cuda_version_name(r.driver) : std::string("no driver"),

@@ -36,6 +36,7 @@ struct CudaBuild {
   int cudnn = 0;                  // CUDNN_VERSION of the cuDNN headers
   std::string architectures;      // CMAKE_CUDA_ARCHITECTURES as built: "80-real 90-real 100"
   bool cudnn_sdpa = false;        // the cuDNN SDPA attention path is compiled in (headers >= 9.13.0)
+  bool cudnn_sdpa_padding = false;  // and pads lengths to buckets (SEQ_LEN tensors: headers >= 9.15.0)
   bool cudnn_conv = false;        // the cuDNN convolution + bias path is compiled in (any cuDNN 9)
   bool cudnn_deviceless = false;  // cuDNN's deviceless heuristics (headers >= 9.8.0; the CI graph test)
 };
@@ -73,7 +74,7 @@ std::string cuda_driver_problem();
 
 // What `ditbatch --version` (and selftest) print for the CUDA side, one item per line:
 //   CUDA backend: built with CUDA 13.0, cuBLAS 13.1.0, cuDNN 9.19.0 headers, for 80-real 90-real 100
-//   cuDNN paths compiled in: SDPA attention yes, convolution yes
+//   cuDNN paths compiled in: SDPA attention yes, lengths padded to buckets yes, convolution yes
 //   found at run time: driver for CUDA 13.0; cudart 13.0, cuBLASLt 13.1.0 (CUDA 13.0), cuDNN 9.19.0 (CUDA 13.0)
 //   driver: ok | driver: REFUSED: <cuda_driver_problem()> | driver: none (no CUDA driver on this machine (no GPU))
 //   GPUs: <cuda_describe_devices(), one per line>

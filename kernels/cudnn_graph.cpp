@@ -11,6 +11,10 @@
 namespace ditbatch::cuda::cudnn {
 
 bool sdpa_compiled() { return DITBATCH_CUDNN_HAS_SDPA; }
+bool sdpa_seq_len_compiled() { return DITBATCH_CUDNN_HAS_SDPA_SEQ_LEN; }
+bool sdpa_seq_len_usable() {
+  return DITBATCH_CUDNN_HAS_SDPA_SEQ_LEN && cudnnGetVersion() >= DITBATCH_CUDNN_SDPA_SEQ_LEN_HEADERS;
+}
 bool deviceless_compiled() { return DITBATCH_CUDNN_HAS_DEVICEPROP; }
 bool kernel_cache_usable() {
   return DITBATCH_CUDNN_HAS_KERNEL_CACHE && cudnnGetVersion() >= DITBATCH_CUDNN_KERNEL_CACHE_HEADERS;
@@ -77,13 +81,17 @@ Desc tensor(const TensorSpec& s) {
 
 // ---- the graphs ---------------------------------------------------------------------------------
 
-Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
+Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, bool padded) {
 #if !DITBATCH_CUDNN_HAS_SDPA
-  (void)Lq, (void)Lk, (void)H, (void)Dh;
+  (void)Lq, (void)Lk, (void)H, (void)Dh, (void)padded;
   throw Failure(not_compiled_reason("cuDNN SDPA", DITBATCH_CUDNN_SDPA_HEADERS));
 #else
+  if (padded && !sdpa_seq_len_usable())
+    throw Failure(DITBATCH_CUDNN_HAS_SDPA_SEQ_LEN
+                      ? cat("cuDNN ", cudnnGetVersion(), " at run time has no SDPA sequence lengths (9.15.0)")
+                      : not_compiled_reason("SDPA with sequence lengths", DITBATCH_CUDNN_SDPA_SEQ_LEN_HEADERS));
   Graph g;
-  g.name = cat("SDPA Lq ", Lq, " Lk ", Lk, " H ", H, " Dh ", Dh);
+  g.name = cat("SDPA Lq ", Lq, " Lk ", Lk, " H ", H, " Dh ", Dh, padded ? " padded" : "");
   // [L, H, Dh] row-major seen as [B=1, H, L, Dh] (BSHD strides).
   const std::vector<int64_t> q_dims = {1, H, Lq, Dh}, q_strides = {Lq * H * Dh, Dh, H * Dh, 1};
   const std::vector<int64_t> k_dims = {1, H, Lk, Dh}, k_strides = {Lk * H * Dh, Dh, H * Dh, 1};
@@ -99,6 +107,14 @@ Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh) {
   op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_VDESC, g.parts[2], "SDPA V");
   op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_ODESC, g.parts[3], "SDPA O");
   op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_SCALEDESC, g.parts[4], "SDPA scale");
+#if DITBATCH_CUDNN_HAS_SDPA_SEQ_LEN
+  if (padded) {  // [B=1, 1, 1, 1] each: both are needed for the padding mask
+    g.parts.push_back(tensor({kSdpaSeqLenQ, CUDNN_DATA_INT32, one, one}));
+    g.parts.push_back(tensor({kSdpaSeqLenKv, CUDNN_DATA_INT32, one, one}));
+    op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC, g.parts[5], "SDPA sequence length of Q");
+    op.set_desc(CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_KVDESC, g.parts[6], "SDPA sequence length of K/V");
+  }
+#endif
   op.finalize("SDPA operation");
   g.ops.push_back(std::move(op));
   return g;
@@ -371,16 +387,17 @@ PlanCache::PlanCache(std::string disabled, bool dynamic_shapes) : disabled_(std:
                            : not_compiled_reason("cuDNN's kernel cache", DITBATCH_CUDNN_KERNEL_CACHE_HEADERS);
 }
 
-std::unique_ptr<Plan> PlanCache::build(const std::function<Graph()>& make_graph) {
+std::unique_ptr<Plan> PlanCache::build(int64_t variant, const std::function<Graph()>& make_graph) {
   if (no_kernel_cache_.empty()) {
-    if (!kernel_cache_) kernel_cache_ = std::make_unique<Desc>();
+    std::unique_ptr<Desc>& cache = kernel_caches_[variant];  // one per topology: a cache serves one graph's shapes
+    if (!cache) cache = std::make_unique<Desc>();
     try {
-      return make_plan(make_graph(), handle_, device_props_, true, kernel_cache_.get());
+      return make_plan(make_graph(), handle_, device_props_, true, cache.get());
     } catch (const Failure& e) {
       // This cuDNN cannot build the graph with dynamic shapes (SDPA's arrived after the
       // cache): one plan per shape from now on.
       no_kernel_cache_ = e.what();
-      kernel_cache_.reset();
+      kernel_caches_.clear();
     }
   }
   return make_plan(make_graph(), handle_, device_props_);
@@ -392,7 +409,7 @@ const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_g
   if (it == plans_.end()) {
     std::unique_ptr<Plan> made;
     try {
-      made = build(make_graph);
+      made = build(key[4], make_graph);
     } catch (const Failure& e) {
       refused_.insert(key);
       // One odd shape costs one fallback. Two refusals before any plan was made are more
@@ -410,7 +427,9 @@ const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_g
           oldest = i;
       if (!oldest->second.plan->made_kernel_cache) plans_.erase(oldest);
     }
-    *new_engine = engines_seen_.insert(made->engine).second;
+    // An engine config is checked once per graph variant: the padded graph's masking is new
+    // work for an engine the exact graph already ran.
+    *new_engine = engines_seen_.insert(cat(made->engine, " variant ", key[4])).second;
     it = plans_.emplace(key, Entry{std::move(made), 0}).first;
   }
   it->second.last_used = ++uses_;
@@ -418,7 +437,7 @@ const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_g
 }
 
 void PlanCache::release() {
-  kernel_cache_.reset();  // before the graph it was made from
+  kernel_caches_.clear();  // before the graphs they were made from
   plans_.clear();
   if (handle_) cudnnDestroy(handle_);
   handle_ = nullptr;
@@ -426,7 +445,7 @@ void PlanCache::release() {
 
 void PlanCache::disable(const std::string& why) {
   disabled_ = why;
-  kernel_cache_.reset();
+  kernel_caches_.clear();
   plans_.clear();
 }
 
@@ -460,10 +479,12 @@ CudnnPath::~CudnnPath() = default;
 void CudnnPath::disable(const std::string& why) { cache_->disable(why); }
 void CudnnPath::release() { cache_->release(); }
 bool CudnnPath::disabled() const { return cache_->disabled(); }
-std::string CudnnPath::status() const { return cache_->status(); }
+std::string CudnnPath::status() const {
+  return disabled() || note_.empty() ? cache_->status() : cache_->status() + "; " + note_;
+}
 cudnn::PlanCache& CudnnPath::cache() const { return *cache_; }
 
-CudnnPath::Result CudnnPath::run_plan(const CudaContext& ctx, const std::array<int64_t, 4>& key,
+CudnnPath::Result CudnnPath::run_plan(const CudaContext& ctx, const std::array<int64_t, 5>& key,
                                       const std::function<cudnn::Graph()>& make_graph,
                                       const std::vector<int64_t>& uids, const std::vector<void*>& pointers,
                                       const char* what, const std::function<std::string()>& describe,

@@ -30,6 +30,8 @@
 // configure time):
 //   the unified SDPA operation (CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, its Q/K/V/O/SCALE
 //   attributes): first in the 9.13.0 headers; the run-time gate stays 9.13.1 (CudnnSdpa).
+//   its sequence lengths (CUDNN_ATTR_OPERATION_SDPA_FWD_SEQ_LEN_QDESC / _KVDESC, the padding
+//   mask): first in 9.15.0, the same at run time.
 //   device properties for deviceless heuristics (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR,
 //   CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
 //   CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP): first in 9.8.0.
@@ -38,9 +40,11 @@
 //   CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED): first in 9.5.0, the same at run time.
 //   the convolution + bias graph and everything else here: in 9.0.0.
 #define DITBATCH_CUDNN_SDPA_HEADERS 91300
+#define DITBATCH_CUDNN_SDPA_SEQ_LEN_HEADERS 91500
 #define DITBATCH_CUDNN_DEVICEPROP_HEADERS 90800
 #define DITBATCH_CUDNN_KERNEL_CACHE_HEADERS 90500
 #define DITBATCH_CUDNN_HAS_SDPA (CUDNN_VERSION >= DITBATCH_CUDNN_SDPA_HEADERS)
+#define DITBATCH_CUDNN_HAS_SDPA_SEQ_LEN (CUDNN_VERSION >= DITBATCH_CUDNN_SDPA_SEQ_LEN_HEADERS)
 #define DITBATCH_CUDNN_HAS_DEVICEPROP (CUDNN_VERSION >= DITBATCH_CUDNN_DEVICEPROP_HEADERS)
 #define DITBATCH_CUDNN_HAS_KERNEL_CACHE (CUDNN_VERSION >= DITBATCH_CUDNN_KERNEL_CACHE_HEADERS)
 
@@ -48,6 +52,10 @@ namespace ditbatch::cuda::cudnn {
 
 // Whether this build has the path; when not, why (the headers' version and the one needed).
 bool sdpa_compiled();
+// Whether SDPA graphs can carry sequence lengths (padded Q/K/V): in this build; in this build
+// and with the cuDNN loaded.
+bool sdpa_seq_len_compiled();
+bool sdpa_seq_len_usable();
 bool deviceless_compiled();
 // Whether one compiled kernel can serve every shape of a graph (kernel cache + dynamic shapes),
 // in this build and with the cuDNN loaded.
@@ -112,8 +120,12 @@ struct Graph {
 
 // Non-causal SDPA, bf16 Q/K/V/O as separate [L, H, Dh] buffers (BSHD strides), the scale a
 // by-value f32. uids: 1 Q, 2 K, 3 V, 4 O, 5 scale. Throws Failure when not compiled in.
-Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh);
-enum SdpaUid : int64_t { kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaScale = 5 };
+// padded: Lq and Lk are the lengths the buffers are padded to, and two device int32 tensors
+// (uids 6, 7) hold the real ones: keys past the real Lk are masked off, and O's rows past the
+// real Lq are left undefined. One plan then serves every length up to Lq, Lk.
+Graph sdpa_graph(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, bool padded = false);
+enum SdpaUid : int64_t { kSdpaQ = 1, kSdpaK = 2, kSdpaV = 3, kSdpaO = 4, kSdpaScale = 5, kSdpaSeqLenQ = 6,
+                         kSdpaSeqLenKv = 7 };
 
 // 3x3 convolution, stride 1, padding 1, of one NHWC image, fp32 accumulation, then + bias
 // (a fused pointwise add): x [H, W, Cin], w [Cout, 3, 3, Cin] (KRSC), bias [Cout], y [H, W, Cout].
@@ -160,13 +172,14 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
                                 bool finalize_plan = true, Desc* kernel_cache = nullptr);
 
 // What each cuDNN path of the backend keeps: a handle made on first use, its plans by shape
-// (at most kMaxPlans, the least recently used dropped first), one kernel cache that every
-// shape's plan shares (a job of 10,000 prompts of many text lengths compiles each engine's
-// kernel once, not once per length), the engine configs already checked, and, once something
-// failed, why the path is off (it then stays off for the backend's life).
+// (at most kMaxPlans, the least recently used dropped first), one kernel cache per graph
+// variant that every shape's plan shares (a job of 10,000 prompts of many text lengths
+// compiles each engine's kernel once, not once per length), the engine configs already
+// checked (per variant), and, once something failed, why the path is off (it then stays off
+// for the backend's life).
 class PlanCache {
  public:
-  using Key = std::array<int64_t, 4>;
+  using Key = std::array<int64_t, 5>;  // the shape, and a variant of the graph (SDPA: padded or not)
   static constexpr size_t kMaxPlans = 64;
   // dynamic_shapes: build plans with a shared kernel cache (falls back to one plan per shape,
   // said in status(), where this cuDNN cannot).
@@ -194,14 +207,18 @@ class PlanCache {
   // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)" or "disabled: <why>".
   std::string status() const;
   size_t plans_held() const { return plans_.size(); }
-  bool has_kernel_cache() const { return kernel_cache_ && kernel_cache_->get(); }
+  bool has_kernel_cache() const {
+    for (const auto& [variant, cache] : kernel_caches_)
+      if (cache && cache->get()) return true;
+    return false;
+  }
 
  private:
   struct Entry {
     std::unique_ptr<Plan> plan;
     uint64_t last_used = 0;
   };
-  std::unique_ptr<Plan> build(const std::function<Graph()>& make_graph);
+  std::unique_ptr<Plan> build(int64_t variant, const std::function<Graph()>& make_graph);
 
   cudnnHandle_t handle_ = nullptr;
   const Desc* device_props_ = nullptr;
@@ -209,7 +226,7 @@ class PlanCache {
   std::map<Key, Entry> plans_;
   std::set<Key> refused_;
   std::set<std::string> engines_seen_;
-  std::unique_ptr<Desc> kernel_cache_;
+  std::map<int64_t, std::unique_ptr<Desc>> kernel_caches_;  // by graph variant (Key's last entry)
   std::string no_kernel_cache_;  // why plans are built without one ("" while it works)
   uint64_t uses_ = 0;
   int64_t plans_made_ = 0;

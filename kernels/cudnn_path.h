@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ditbatch::cuda {
@@ -28,7 +29,8 @@ class CudnnPath {
   // run() makes them again.
   void release();
   bool disabled() const;
-  // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)" or "disabled: <why>".
+  // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)[; note]" or
+  // "disabled: <why>".
   std::string status() const;
 
   // RanNewEngine: ran, with an engine config this path had not run before (the caller checks
@@ -44,16 +46,19 @@ class CudnnPath {
   CudnnPath(const std::string& unusable, bool dynamic_shapes);
   ~CudnnPath();
   cudnn::PlanCache& cache() const;
+  // What status() adds while the path is on (how the path uses cuDNN).
+  void set_note(std::string note) { note_ = std::move(note); }
   // Queues the plan for key (built with make_graph the first time) on ctx's stream, the tensors
   // paired with their uids, a workspace from ctx's allocator. `what` names the call in launch
   // errors; on Failed, *error is describe() (the shape) + the cuDNN version + the cause.
-  Result run_plan(const CudaContext& ctx, const std::array<int64_t, 4>& key,
+  Result run_plan(const CudaContext& ctx, const std::array<int64_t, 5>& key,
                   const std::function<cudnn::Graph()>& make_graph, const std::vector<int64_t>& uids,
                   const std::vector<void*>& pointers, const char* what,
                   const std::function<std::string()>& describe, std::string* error);
 
  private:
   std::unique_ptr<cudnn::PlanCache> cache_;
+  std::string note_;
 };
 
 }  // namespace ditbatch::cuda

@@ -98,5 +98,9 @@ constexpr int64_t kFlashMaxHeadDim = 384;
 // (cuBLASLt); query rows in chunks so that S and P stay under ~1 GiB. Any Dh.
 void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
                     const AttentionShape& s);
+// The real lengths of a padded cuDNN SDPA call, as its two int32 device tensors want them:
+// Lq at lengths[0], Lk at lengths[kSeqLenStride] (each tensor 16-byte aligned).
+constexpr int64_t kSeqLenStride = 4;
+void set_sequence_lengths(const CudaContext& ctx, int32_t* lengths, int64_t Lq, int64_t Lk);
 
 }  // namespace ditbatch::cuda

@@ -43,6 +43,7 @@ PathCheck guarded(F&& f) {
 const std::vector<AttentionPathCase>& attention_path_cases() {
   static const std::vector<AttentionPathCase> cases = {
       {"dit_like", 333, 317, 4, 4, 128, false},      // joint attention: cuDNN-eligible
+      {"dit_padded", 333, 317, 4, 4, 128, false, 127},  // with the transformer's spare rows: padded to 384
       {"dit_heads24", 160, 150, 24, 24, 128, false},  // the real head count
       {"text_encoder_gqa", 200, 200, 28, 4, 128, true},
       {"vae_single_head", 300, 300, 1, 1, 384, false},
@@ -72,11 +73,23 @@ PathCheck check_attention_path(CudaBackendOptions options, const AttentionPathCa
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.Dh)));
     PathCheck r;
     r.status_before = be.stats().sdpa_status;
-    const Tensor out = be.to_host_f32(be.attention(be.upload(q, DType::BF16), be.upload(k, DType::BF16),
-                                                   be.upload(v, DType::BF16), scale, a.causal));
+    // Each tensor the first rows of a buffer with a.spare more: random rows after q, k and v
+    // (keys a padded call must mask off), poisoned ones after out.
+    auto with_spare = [&](const Tensor& t, uint32_t seed) {
+      Tensor buffer = be.upload(round_bf16(random_tensor({t.dim(0) + a.spare, t.dim(1), t.dim(2)}, seed, 2.0f)),
+                                DType::BF16);
+      be.copy_(buffer.slice0(0, t.dim(0)), be.upload(t, DType::BF16));
+      return buffer.slice0(0, t.dim(0));
+    };
+    const Tensor out_rows = be.empty({a.Lq + a.spare, a.H, a.Dh}, DType::BF16).slice0(0, a.Lq);
+    be.attention(with_spare(q, 104), with_spare(k, 105), with_spare(v, 106), scale, a.causal, out_rows, a.spare);
+    const Tensor out = be.to_host_f32(out_rows);
     const CudaBackendStats st = be.stats();
     r.status_after = st.sdpa_status;
-    r.ran = st.attention_cudnn ? "cudnn" : st.attention_flash ? "flash" : "gemm";
+    r.ran = st.attention_cudnn_padded ? "cudnn padded"
+            : st.attention_cudnn      ? "cudnn"
+            : st.attention_flash      ? "flash"
+                                      : "gemm";
     r.nonfinite = count_nonfinite_host(out);
     CpuBackend cpu;
     r.error_vs_cpu = selftest::nmse(out, cpu.attention(q, k, v, scale, a.causal));  // fp32, a second opinion
@@ -92,8 +105,12 @@ PathCheck check_attention_path(CudaBackendOptions options, const AttentionPathCa
                               r.naive_bf16);
     else if (!(r.error_vs_cpu <= 1e-4))
       r.failure = fmt::format("nmse {:.3g} vs the CPU backend, above 1e-4", r.error_vs_cpu);
-    else if (path == CudaAttentionPath::Cudnn && eligible && r.status_before.rfind("available", 0) == 0 && r.ran != "cudnn")
+    else if (path == CudaAttentionPath::Cudnn && eligible && r.status_before.rfind("available", 0) == 0 &&
+             r.ran.rfind("cudnn", 0) != 0)
       r.failure = "cuDNN SDPA was available but did not run: " + r.status_after;
+    else if (path == CudaAttentionPath::Cudnn && eligible && a.spare > 0 &&
+             r.status_before.find("lengths padded") != std::string::npos && r.ran != "cudnn padded")
+      r.failure = "cuDNN SDPA pads lengths, but this call with spare rows ran " + r.ran + ": " + r.status_after;
     else if ((path == CudaAttentionPath::Flash && r.ran != "flash") || (path == CudaAttentionPath::Gemm && r.ran != "gemm"))
       r.failure = fmt::format("{} was asked for and {} ran", attention_path_name(path), r.ran);
     return r;

@@ -17,11 +17,12 @@ struct AttentionPathCase {
   const char* name;
   int64_t Lq, Lk, H, Hkv, Dh;
   bool causal;
+  int64_t spare = 0;  // rows past q, k, v and out, as the transformer leaves them (cuDNN may pad)
 };
 const std::vector<AttentionPathCase>& attention_path_cases();
 
 struct PathCheck {
-  std::string ran;            // the path that ran: "cudnn", "gemm", "flash", "im2col"
+  std::string ran;            // the path that ran: "cudnn", "cudnn padded", "gemm", "flash", "im2col"
   std::string status_before;  // the cuDNN path's status before the call ("available (...)" / "disabled: ...")
   std::string status_after;
   double error = 0;           // attention: nmse vs float64; convolution: vs the CPU backend

@@ -70,8 +70,18 @@ class Backend {
   // Scaled dot-product attention for one sequence:
   // q [Lq, H, Dh], k and v [Lk, Hkv, Dh] with H % Hkv == 0 (GQA: head h reads kv head
   // h / (H / Hkv)); causal masks key j > query i (requires Lq == Lk). -> out [Lq, H, Dh].
+  // spare_rows: each of q, k, v and out has that many more rows in its buffer right after the
+  // view. The backend may read q, k and v there, as padding it masks off: finite values (a
+  // masked key's V row is still multiplied by 0), never written. It may overwrite out there:
+  // the caller holds nothing it still needs in those rows. CUDA pads the lengths up to a few
+  // buckets, so that a job of many prompt lengths builds a few cuDNN plans, not one per length.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                         const Tensor& out) = 0;
+                         const Tensor& out, int64_t spare_rows) = 0;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out) {
+    attention(q, k, v, scale, causal, out, 0);
+  }
+  // How many spare rows attention() can put to use (0: it always takes the exact lengths).
+  virtual int64_t attention_spare_rows() const { return 0; }
   // The same into a new tensor of q's dtype.
   Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal);
 

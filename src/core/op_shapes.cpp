@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -83,9 +84,18 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   DITBATCH_CHECK(k.dim(0) > 0 || q.dim(0) == 0 || q.dim(2) == 0, "attention: no keys (k {})", k.describe());
 }
 
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out) {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out,
+               int64_t spare_rows) {
   attention(q, k, v, causal);
   output("attention", out, q.shape());
+  DITBATCH_CHECK(spare_rows >= 0, "attention: {} spare rows", spare_rows);
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}}) {
+    const size_t row_bytes = static_cast<size_t>(t->dim(1) * t->dim(2)) * dtype_size(t->dtype());
+    const size_t rows_after = row_bytes ? t->bytes_after() / row_bytes : 0;
+    DITBATCH_CHECK(row_bytes == 0 || rows_after >= static_cast<size_t>(spare_rows),
+                   "attention: {} has {} rows past it in its buffer, fewer than the {} spare rows ({} {})", name,
+                   rows_after, spare_rows, name, t->describe());
+  }
 }
 
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin) {

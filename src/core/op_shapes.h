@@ -34,8 +34,10 @@ Shape linear_result(const Tensor& x, const LinearDims& d);
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
-// attention() whose result goes to out [Lq, H, Dh].
-void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out);
+// attention() whose result goes to out [Lq, H, Dh], each of q, k, v and out with spare_rows
+// more rows in its buffer past the view.
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& out,
+               int64_t spare_rows = 0);
 void rope(const char* op, const Tensor& x, const Tensor& cos, const Tensor& sin);
 // Per-head RMSNorm + RoPE of proj [tokens, H * Dh] into out of proj's shape: returns H.
 int64_t rms_norm_rope(const Tensor& proj, const Tensor& weight, const Tensor& cos, const Tensor& sin,

@@ -62,6 +62,8 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return buffer_ ? buffer_->device() : Device::Host; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // Bytes of the buffer past this view's end (a view of leading rows has the rest after it).
+  size_t bytes_after() const { return buffer_ ? buffer_->bytes() - offset_ - nbytes() : 0; }
   // Rows = product of all dims but the last; cols = the last dim. The view every row op uses.
   int64_t rows() const {  // the leading dims' product (not numel / cols: cols may be 0)
     int64_t r = 1;

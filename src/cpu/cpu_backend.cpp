@@ -279,12 +279,12 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
 // O(block x head_dim) per thread however long the sequence, e.g. the VAE mid-block at 1024^2
 // (16,384 tokens) never materialises its 1 GiB score matrix.
 void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                           const Tensor& out) {
+                           const Tensor& out, int64_t spare_rows) {
   expect_f32("attention", q, "q");
   expect_f32("attention", k, "k");
   expect_f32("attention", v, "v");
   expect_f32("attention", out, "out");
-  op_shapes::attention(q, k, v, causal, out);
+  op_shapes::attention(q, k, v, causal, out, spare_rows);
   const int64_t Lq = q.dim(0), H = q.dim(1), Dh = q.dim(2), Lk = k.dim(0), Hkv = k.dim(1);
   const int64_t group = H / Hkv;
   constexpr int64_t BQ = 64, BK = 256;

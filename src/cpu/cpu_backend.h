@@ -31,8 +31,9 @@ class CpuBackend : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override;
   Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
   using Backend::attention;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                 const Tensor& out) override;
+  // Exact lengths: spare rows are checked and left alone.
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out,
+                 int64_t spare_rows) override;
 
   Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) override;
   Tensor layer_norm_modulate(const Tensor& x, const Tensor& shift, const Tensor& scale,

@@ -289,11 +289,16 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   const size_t n_blocks = w_.blocks.size();
   DITBATCH_CHECK(n_blocks > 0, "transformer: no blocks (num_layers must be at least 1)");
 
-  const JointRows rows(B, S, L, Lv);
+  const JointRows rows(B, S, L, Lv, be_.attention_spare_rows());
   const RopeTables img_rope = rope_tables(RopeKind::Image, h, w, B);  // [B * S, Dh/2]
   std::array<RopeTables, 2> txt_rope;
   for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, h, w, L[b]);
-  const JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)))};
+  JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh))), {}};
+  if (rows.spare > 0) {  // finite keys for a padded attention to mask (it still multiplies their V by 0)
+    Tensor zeros = Tensor::host({rows.spare, D}, DType::F32);
+    std::fill_n(zeros.data<float>(), zeros.numel(), 0.0f);
+    joint.spare_keys = be_.upload(zeros, be_.act_dtype());
+  }
 
   Streams residual;
   residual.image = w_.img_in(be_, latents, DType::F32);  // [S, D], f32
@@ -362,9 +367,13 @@ QwenImageTransformer::Streams QwenImageTransformer::Block::attention(Backend& be
   const int64_t D = c.inner_dim(), H = c.num_attention_heads, Dh = c.attention_head_dim;
   // Per-head RMSNorm + RoPE written straight into the joint Q and K, V projected straight into
   // the joint V.
-  Tensor q = be.empty({r.q_rows, D}, be.act_dtype());   // [L_all + B*S, D]
-  Tensor k = be.empty({r.kv_rows, D}, be.act_dtype());  // [Lv_all + B*S, D]
-  Tensor v = be.empty({r.kv_rows, D}, be.act_dtype());
+  Tensor q = be.empty({r.q_rows + r.spare, D}, be.act_dtype());   // [L_all + B*S + spare, D]
+  Tensor k = be.empty({r.kv_rows + r.spare, D}, be.act_dtype());  // [Lv_all + B*S + spare, D]
+  Tensor v = be.empty({r.kv_rows + r.spare, D}, be.act_dtype());
+  if (r.spare > 0) {
+    be.copy_(k.slice0(r.kv_rows, r.kv_rows + r.spare), joint.spare_keys);
+    be.copy_(v.slice0(r.kv_rows, r.kv_rows + r.spare), joint.spare_keys);
+  }
   const Tensor text_q = add_q_proj(be, modulated.text);  // [L_all, D]
   const Tensor text_k = add_k_proj(be, modulated.text);
   for (int64_t b = 0; b < r.samples; ++b) {
@@ -385,13 +394,14 @@ QwenImageTransformer::Streams QwenImageTransformer::Block::attention(Backend& be
   to_v.into(be, v.slice0(r.kv_image, r.kv_image + image_rows), modulated.image);
 
   // The attention output is laid out as Q: the image rows of both samples stay adjacent.
-  Tensor o = be.empty({r.q_rows, D}, be.act_dtype());  // [L_all + B*S, D]
+  // Sample 1 goes last: sample 0's spare rows are its rows (joint_rows.h).
+  Tensor o = be.empty({r.q_rows + r.spare, D}, be.act_dtype());  // [L_all + B*S + spare, D]
   for (int64_t b = 0; b < r.samples; ++b) {
     const int64_t lq = r.q_length(b), lk = r.kv_length(b);
     be.attention(q.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}),
                  k.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}),
                  v.slice0(r.kv_start[b], r.kv_start[b] + lk).view({lk, H, Dh}), joint.scale, false,
-                 o.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}));
+                 o.slice0(r.q_start[b], r.q_start[b] + lq).view({lq, H, Dh}), r.spare);
   }
   Streams out;
   out.image = to_out(be, o.slice0(r.q_image, r.q_image + image_rows), DType::F32);  // [B*S, D]

@@ -108,6 +108,7 @@ class QwenImageTransformer {
     const RopeTables& image_rope;
     const std::array<RopeTables, 2>& text_rope;
     float scale;
+    Tensor spare_keys;  // [spare, D] zeros for the K and V rows past the last sample (when spare > 0)
   };
   // The two streams of the MMDiT: image [B*S, D] and text [L_all, D]; f32 as residuals, in the
   // act dtype once normalised and modulated.

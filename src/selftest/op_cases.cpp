@@ -214,6 +214,40 @@ OpCase attention_rows_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_
   return c;
 }
 
+// attention() of q [Lq], k and v [Lk] with `spare` random rows after each (never keys: a
+// backend that pads must mask them), into rows [row, row + Lq) of a random dst with `spare`
+// rows after them that the backend may overwrite, then 3 rows it must not touch. The result
+// is dst without the spare rows. On a GPU with cuDNN >= 9.15 this is the padded SDPA path.
+OpCase attention_spare_case(int64_t Lq, int64_t Lk, int64_t H, int64_t Dh, int64_t row, int64_t spare, uint32_t seed) {
+  OpCase c;
+  c.name = fmt::format("attention_spare_Lq{}_Lk{}_H{}_D{}_row{}_spare{}", Lq, Lk, H, Dh, row, spare);
+  c.nmse_bound = 1e-11;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  const int64_t D = H * Dh, tail = 3, dst_rows = row + Lq + spare + tail;
+  c.inputs = {{random_tensor({Lq + spare, H, Dh}, seed, 2.0f), InputKind::Activation},
+              {random_tensor({Lk + spare, H, Dh}, seed + 1, 2.0f), InputKind::Activation},
+              {random_tensor({Lk + spare, H, Dh}, seed + 2), InputKind::Activation},
+              {random_tensor({dst_rows, D}, seed + 3, 7.0f), InputKind::Activation}};
+  c.run = [=](Backend& be, std::vector<Tensor>& in) {
+    be.attention(in[0].slice0(0, Lq), in[1].slice0(0, Lk), in[2].slice0(0, Lk), scale, false,
+                 in[3].slice0(row, row + Lq).view({Lq, H, Dh}), spare);
+    Tensor kept = be.empty({row + Lq + tail, D}, in[3].dtype());  // dst less its spare rows
+    be.copy_(kept.slice0(0, row + Lq), in[3].slice0(0, row + Lq));
+    be.copy_(kept.slice0(row + Lq, row + Lq + tail), in[3].slice0(row + Lq + spare, dst_rows));
+    return kept;
+  };
+  c.reference = [=](const std::vector<Tensor>& in) {
+    std::vector<double> y;
+    for (int64_t i = 0; i < row * D; ++i) y.push_back(at(in[3], i));
+    const std::vector<double> o =
+        attention_f64(in[0].slice0(0, Lq), in[1].slice0(0, Lk), in[2].slice0(0, Lk), scale, false);
+    y.insert(y.end(), o.begin(), o.end());
+    for (int64_t i = (row + Lq + spare) * D; i < dst_rows * D; ++i) y.push_back(at(in[3], i));
+    return y;
+  };
+  return c;
+}
+
 // proj [T, H * Dh] normalised per head, rotated, into rows [row, row + T) of a random dst.
 OpCase rms_norm_rope_rows_case(int64_t T, int64_t H, int64_t Dh, int64_t row, uint32_t seed) {
   OpCase c;
@@ -693,6 +727,8 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(gated_add_ln_case(false, 5, 3072, 47));  // the DiT's width: 96 columns per lane
   cases.push_back(attention_rows_case(37, 50, 2, 16, 4, 48));
   cases.push_back(attention_rows_case(20, 20, 2, 128, 0, 49));  // the DiT's head dim
+  cases.push_back(attention_spare_case(300, 290, 2, 64, 3, 127, 50));   // both pad to 384
+  cases.push_back(attention_spare_case(150, 131, 2, 128, 0, 127, 51));  // to 256, the DiT's head dim
   return cases;
 }
 
@@ -738,6 +774,10 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   add("attention_out_shape", "attention", "(expected the result's shape [5, 2, 8])", [](On o) {
     const Tensor out = o.act({7, 16}, 4).slice0(3, 7).view({4, 2, 8});
     o.be.attention(o.act({5, 2, 8}, 1), o.act({6, 2, 8}, 2), o.act({6, 2, 8}, 3), 0.3f, false, out);
+  });
+  add("attention_spare_rows_past_the_buffer", "attention", "q has 0 rows past it", [](On o) {
+    const Tensor q = o.act({5, 2, 8}, 1), kv = o.act({6, 2, 8}, 2), out = o.act({6, 2, 8}, 3).slice0(0, 5);
+    o.be.attention(q, kv, kv, 0.3f, false, out, 1);  // q's buffer ends with the view
   });
   add("rms_norm_weight_length", "rms_norm", per_column,
       [](On o) { o.be.rms_norm(o.act({3, 8}, 1), o.weight({7}, 2), 1e-6f); });

@@ -21,6 +21,8 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -95,6 +97,32 @@ TEST(CudnnGraphs, SdpaHasAnEngineForTheDitShapesOnH200) {
   }
 }
 
+// The same shapes padded to the attention bucket, the real lengths in the SEQ_LEN tensors
+// (cuDNN >= 9.15): the graph a job of many prompt lengths runs. With older headers or an older
+// cuDNN the graph is refused with the reason, and the path takes exact lengths (CudnnSdpa.*).
+TEST(CudnnGraphs, PaddedSdpaHasAnEngineForTheBucketedDitShapesOnH200) {
+  if (!cudnn::sdpa_compiled())
+    GTEST_SKIP() << "built against cuDNN " << kHeaders << " headers: the SDPA operation is compiled out";
+  if (!cudnn::sdpa_seq_len_usable()) {
+    try {
+      cudnn::sdpa_graph(4224, 4224, 24, 128, /*padded=*/true);
+      ADD_FAILURE() << "a padded SDPA graph was built without SDPA sequence lengths";
+    } catch (const cudnn::Failure& e) {
+      EXPECT_NE(std::string(e.what()).find("9.15.0"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " / headers " << kHeaders << ": no SDPA sequence lengths (9.15.0)";
+  }
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const int64_t shapes[][4] = {{4224, 4224, 24, 128}, {4352, 4224, 24, 128}, {1152, 1152, 24, 128},
+                               {384, 384, 4, 128},    {256, 256, 2, 64}};
+  for (const auto& s : shapes) {
+    auto plan = heuristics_on_h200(cudnn::sdpa_graph(s[0], s[1], s[2], s[3], /*padded=*/true));
+    ASSERT_TRUE(plan);
+    EXPECT_GE(plan->usable_configs, 1);
+    EXPECT_NE(plan->graph.name.find("padded"), std::string::npos) << plan->graph.name;
+  }
+}
+
 // The VAE decoder's 3x3 convolutions of Qwen-Image at 1024x1024 (channels 16 -> 384 at the
 // latent 128x128, 384/192/96 further up) and the op tests' shape. Their engines are
 // precompiled, so the execution plan itself finalizes for an H200 here too.
@@ -154,6 +182,52 @@ TEST(CudnnSdpa, IsOffWithTheReasonExactlyWhenItCannotRun) {
   EXPECT_EQ(!sdpa.disabled(), usable) << sdpa.status();
   EXPECT_EQ(sdpa.status().rfind(usable ? "available" : "disabled: ", 0), 0u) << sdpa.status();
   std::printf("[cudnn] SDPA path: %s\n", sdpa.status().c_str());
+}
+
+// Where cuDNN has sequence lengths (headers and library >= 9.15.0), lengths are padded to the
+// bucket when the caller's spare rows leave room for both, so that every text length of a
+// resolution falls into a few plans; otherwise every call takes its exact lengths.
+TEST(CudnnSdpa, PadsLengthsToTheBucketOnlyWhereTheSpareRowsLeaveRoom) {
+  cuda::CudnnSdpa sdpa(128), exact(0);
+  const bool pads = !sdpa.disabled() && cudnn::sdpa_seq_len_usable();
+  const auto shape = [](int64_t Lq, int64_t Lk) {
+    cuda::AttentionShape s;
+    s.Lq = Lq, s.Lk = Lk, s.H = s.Hkv = 24, s.Dh = 128, s.scale = 0.088f;
+    return s;
+  };
+  EXPECT_EQ(exact.spare_rows_wanted(), 0);
+  const auto e = exact.plan_shape(shape(4116, 4108), 127);
+  EXPECT_EQ(std::tuple(e.Lq, e.Lk, e.padded), std::tuple(int64_t{4116}, int64_t{4108}, false));
+  EXPECT_EQ(sdpa.status().find("padded") != std::string::npos, pads) << sdpa.status();
+  if (!pads) {
+    EXPECT_EQ(sdpa.spare_rows_wanted(), 0);
+    const auto p = sdpa.plan_shape(shape(4116, 4108), 127);
+    EXPECT_FALSE(p.padded);
+    if (!cudnn::sdpa_compiled())
+      GTEST_SKIP() << "built against cuDNN " << kHeaders << " headers: the SDPA operation is compiled out";
+    GTEST_SKIP() << "cuDNN " << cudnnGetVersion() << " / headers " << kHeaders << ": exact lengths only ("
+                 << sdpa.status() << ")";
+  }
+  EXPECT_EQ(sdpa.spare_rows_wanted(), 127);
+  const auto p = sdpa.plan_shape(shape(4116, 4108), 127);
+  EXPECT_EQ(std::tuple(p.Lq, p.Lk, p.padded), std::tuple(int64_t{4224}, int64_t{4224}, true));
+  // 4108 -> 4224 needs 116 spare rows: with 100 the call keeps its exact lengths
+  const auto short_of_room = sdpa.plan_shape(shape(4116, 4108), 100);
+  EXPECT_EQ(std::tuple(short_of_room.Lq, short_of_room.Lk, short_of_room.padded),
+            std::tuple(int64_t{4116}, int64_t{4108}, false));
+  const auto on_the_bucket = sdpa.plan_shape(shape(4224, 4096), 0);
+  EXPECT_EQ(std::tuple(on_the_bucket.Lq, on_the_bucket.Lk, on_the_bucket.padded),
+            std::tuple(int64_t{4224}, int64_t{4096}, true));
+  // A 1024x1024 job (4096 image tokens) of every text length 1..512: ceil(512 / 128) plans.
+  std::set<std::pair<int64_t, int64_t>> plans;
+  for (int64_t L = 1; L <= 512; ++L) {
+    const auto b = sdpa.plan_shape(shape(4096 + L, 4096 + L), sdpa.spare_rows_wanted());
+    ASSERT_TRUE(b.padded);
+    ASSERT_GE(b.Lq, 4096 + L);
+    ASSERT_LT(b.Lq, 4096 + L + 128);
+    plans.insert({b.Lq, b.Lk});
+  }
+  EXPECT_EQ(plans.size(), 4u);
 }
 
 // The convolution path needs nothing newer than cuDNN 9.0: on in every build whose cuDNN was
@@ -237,15 +311,22 @@ TEST(CudnnPlanCache, ChecksEachEngineConfigOnceAndHoldsABoundedNumberOfPlans) {
     const int64_t H = 8 + static_cast<int64_t>(i), W = 16;
     bool new_engine = false;
     const cudnn::Plan& plan =
-        cache.plan({H, W, 16, 32}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &new_engine);
+        cache.plan({H, W, 16, 32, 0}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &new_engine);
     EXPECT_EQ(new_engine, engines.insert(plan.engine).second) << "shape " << H << "x" << W << ": " << plan.engine;
     bool again = true;
-    cache.plan({H, W, 16, 32}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &again);
+    cache.plan({H, W, 16, 32, 0}, [&] { return cudnn::conv3x3_bias_graph(H, W, 16, 32, DType::BF16); }, &again);
     EXPECT_FALSE(again);
   }
   EXPECT_LT(engines.size(), shapes) << "every shape had an engine of its own: the check would run per shape";
   EXPECT_EQ(cache.plans_held(), cudnn::PlanCache::kMaxPlans);
   std::printf("[cudnn] %zu shapes: %zu engine configs; %s\n", shapes, engines.size(), cache.status().c_str());
+  // An engine already checked is checked again under another graph variant (SDPA's padded
+  // graph asks more of it), once.
+  for (const bool expected : {true, false}) {
+    bool new_engine = !expected;
+    cache.plan({8, 16, 16, 32, 1}, [] { return cudnn::conv3x3_bias_graph(8, 16, 16, 32, DType::BF16); }, &new_engine);
+    EXPECT_EQ(new_engine, expected);
+  }
 }
 
 TEST(CudnnPlanCache, ARefusedShapeCostsThatShapeOnly) {
@@ -257,17 +338,17 @@ TEST(CudnnPlanCache, ARefusedShapeCostsThatShapeOnly) {
   {  // after a plan was made, refusals stay per shape
     cudnn::PlanCache cache("", false);
     cache.use_device_properties(&props);
-    cache.plan({32, 32, 16, 32}, good, &new_engine);
-    for (int64_t i = 0; i < 3; ++i) EXPECT_THROW(cache.plan({1, i, 0, 0}, refused, &new_engine), cudnn::NoPlan);
-    EXPECT_TRUE(cache.refused({1, 2, 0, 0}));
+    cache.plan({32, 32, 16, 32, 0}, good, &new_engine);
+    for (int64_t i = 0; i < 3; ++i) EXPECT_THROW(cache.plan({1, i, 0, 0, 0}, refused, &new_engine), cudnn::NoPlan);
+    EXPECT_TRUE(cache.refused({1, 2, 0, 0, 0}));
     EXPECT_FALSE(cache.disabled());
   }
   {  // two refusals before any plan: the environment, the path goes off
     cudnn::PlanCache cache("", false);
     cache.use_device_properties(&props);
-    EXPECT_THROW(cache.plan({1, 0, 0, 0}, refused, &new_engine), cudnn::NoPlan);
+    EXPECT_THROW(cache.plan({1, 0, 0, 0, 0}, refused, &new_engine), cudnn::NoPlan);
     try {
-      cache.plan({1, 1, 0, 0}, refused, &new_engine);
+      cache.plan({1, 1, 0, 0, 0}, refused, &new_engine);
       ADD_FAILURE() << "the second refusal before any plan did not throw";
     } catch (const cudnn::NoPlan&) {
       ADD_FAILURE() << "the second refusal before any plan was taken for one shape's";
@@ -288,7 +369,7 @@ TEST(CudnnPlanCache, FallsBackToAPlanPerShapeWithoutDynamicShapes) {
   cache.use_device_properties(&props);
   bool new_engine = false;
   const cudnn::Plan& plan =
-      cache.plan({64, 64, 16, 32}, [] { return cudnn::conv3x3_bias_graph(64, 64, 16, 32, DType::BF16); }, &new_engine);
+      cache.plan({64, 64, 16, 32, 0}, [] { return cudnn::conv3x3_bias_graph(64, 64, 16, 32, DType::BF16); }, &new_engine);
   EXPECT_TRUE(plan.plan.get() != nullptr);
   EXPECT_FALSE(plan.dynamic_shape);
   EXPECT_FALSE(cache.has_kernel_cache());

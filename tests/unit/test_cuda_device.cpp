@@ -100,6 +100,7 @@ TEST(CudaBuildInfo, AgreesWithWhatCMakeFound) {
   EXPECT_EQ(cuda_version_name(b.cuda), major_minor(DITBATCH_CMAKE_CUDA_VERSION));
   EXPECT_EQ(cudnn_version_name(static_cast<size_t>(b.cudnn)), DITBATCH_CMAKE_CUDNN_VERSION);
   EXPECT_EQ(b.cudnn_sdpa, DITBATCH_CMAKE_CUDNN_SDPA != 0);
+  EXPECT_EQ(b.cudnn_sdpa_padding, DITBATCH_CMAKE_CUDNN_SDPA_PADDING != 0);
   EXPECT_EQ(b.cudnn_deviceless, DITBATCH_CMAKE_CUDNN_DEVICELESS != 0);
   EXPECT_TRUE(b.cudnn_conv);
   EXPECT_EQ(b.architectures, DITBATCH_CMAKE_CUDA_ARCHITECTURES);
@@ -134,7 +135,10 @@ TEST(CudaVersion, ReportsTheBuildTheDriverAndTheCudnnPaths) {
                                   major_minor(DITBATCH_CMAKE_CUDA_VERSION), cublas_version_name(b.cublas),
                                   DITBATCH_CMAKE_CUDNN_VERSION, DITBATCH_CMAKE_CUDA_ARCHITECTURES));
   EXPECT_EQ(lines[2], std::string("cuDNN paths compiled in: SDPA attention ") +
-                          (DITBATCH_CMAKE_CUDNN_SDPA ? "yes" : "no (headers older than 9.13.0: attention takes the GEMM path)") +
+                          (!DITBATCH_CMAKE_CUDNN_SDPA ? "no (headers older than 9.13.0: attention takes the GEMM path)"
+                           : DITBATCH_CMAKE_CUDNN_SDPA_PADDING
+                               ? "yes, lengths padded to buckets yes"
+                               : "yes, lengths padded to buckets no (headers older than 9.15.0: a plan per prompt length)") +
                           ", convolution yes");
   EXPECT_EQ(lines[3].rfind("found at run time: ", 0), 0u) << lines[3];
   const int driver = driver_version();

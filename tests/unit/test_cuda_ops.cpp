@@ -20,6 +20,7 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
@@ -29,6 +30,7 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 
 #include "app/cuda_checks.h"
 #include "cuda_test_util.h"
+#include "launch.h"
 #include "selftest/op_cases.h"
 #include "selftest/op_check.h"
 #include "test_util.h"
@@ -307,6 +309,27 @@ TEST(CudaOps, CountNonfiniteFindsThePlantedValues) {
   for (const auto& c : selftest::nonfinite_cases())
     for (DType dtype : {DType::F32, DType::BF16})
       EXPECT_EQ(be->count_nonfinite(be->upload(c.host, dtype)), c.expected) << c.name << " in " << dtype_name(dtype);
+}
+
+// The two words a padded cuDNN SDPA call reads its real lengths from: where the graph's
+// int32 tensors point (16 bytes apart), written on the stream; bad arguments refused.
+TEST(CudaKernels, SequenceLengthsLandWhereThePaddedSdpaReadsThem) {
+  SKIP_WITHOUT_GPU();
+  cuda::CudaContext ctx;
+  ctx.sync_each_op = true;
+  int32_t* words = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&words), 2 * cuda::kSeqLenStride * sizeof(int32_t)), cudaSuccess);
+  std::vector<int32_t> host(2 * cuda::kSeqLenStride, -1);
+  ASSERT_EQ(cudaMemcpy(words, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+  cuda::set_sequence_lengths(ctx, words, 4116, 4108);
+  ASSERT_EQ(cudaMemcpy(host.data(), words, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host[0], 4116);
+  EXPECT_EQ(host[cuda::kSeqLenStride], 4108);
+  EXPECT_EQ(host[1], -1) << "a word between the two tensors was written";
+  EXPECT_THROW(cuda::set_sequence_lengths(ctx, words + 1, 5, 5), std::exception);  // not 16-byte aligned
+  EXPECT_THROW(cuda::set_sequence_lengths(ctx, words, 0, 5), std::exception);
+  EXPECT_THROW(cuda::set_sequence_lengths(ctx, words, 5, int64_t{1} << 31), std::exception);
+  cudaFree(words);
 }
 
 // ---- memory ---------------------------------------------------------------------------------

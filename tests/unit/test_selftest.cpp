@@ -34,9 +34,10 @@ class FaultyBackend final : public CpuBackend {
     return y;
   }
   using CpuBackend::attention;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal,
-                 const Tensor& out) override {
-    CpuBackend::attention(q, k, v, fault_ == Fault::AttentionScaleOff ? scale * 1.02f : scale, causal, out);
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out,
+                 int64_t spare_rows) override {
+    CpuBackend::attention(q, k, v, fault_ == Fault::AttentionScaleOff ? scale * 1.02f : scale, causal, out,
+                          spare_rows);
   }
 
  private:

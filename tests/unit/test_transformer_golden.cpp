@@ -2,7 +2,10 @@
 // even and odd grids, batch 2 with a padded text mask and two timesteps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
@@ -20,21 +23,59 @@ namespace {
 
 constexpr double kNmseBound = 1e-10;  // fp32 rounding only
 
-// The tiny golden transformer on the CPU and one case of diffusers' outputs.
+// The CPU backend using attention's spare rows as far as the contract lets a backend
+// (Backend::attention): each call's spare output rows are overwritten with NaN, as a padded
+// cuDNN call may leave them, and the spare K and V rows it would read as masked padding must be
+// finite, in memory that starts as NaN. The model must lay out its joint rows so that this
+// changes nothing.
+class SpareRowsOverwritten final : public CpuBackend {
+ public:
+  explicit SpareRowsOverwritten(int64_t spare) : spare_(spare) {}
+  int64_t attention_spare_rows() const override { return spare_; }
+  Tensor empty(const Shape& shape, DType dtype) override {
+    Tensor t = CpuBackend::empty(shape, dtype);
+    if (dtype == DType::F32) std::fill_n(t.data<float>(), t.numel(), std::nanf(""));
+    return t;
+  }
+  using CpuBackend::attention;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out,
+                 int64_t spare_rows) override {
+    const size_t row = static_cast<size_t>(out.dim(1) * out.dim(2));
+    for (const Tensor* kv : {&k, &v}) {
+      const float* past = kv->data<float>() + kv->numel();
+      nonfinite_padding += std::count_if(past, past + static_cast<size_t>(spare_rows) * row,
+                                         [](float x) { return !std::isfinite(x); });
+    }
+    CpuBackend::attention(q, k, v, scale, causal, out, spare_rows);
+    float* past = out.data<float>() + out.numel();
+    std::fill(past, past + static_cast<size_t>(spare_rows) * row, std::nanf(""));
+    overwritten_rows += spare_rows;
+  }
+  int64_t overwritten_rows = 0;
+  int64_t nonfinite_padding = 0;  // non-finite values in the K / V rows a padded call would read
+
+ private:
+  int64_t spare_;
+};
+
+// The tiny golden transformer on a CPU backend and one case of diffusers' outputs.
+template <typename CpuKind = CpuBackend>
 struct GoldenCase {
-  CpuBackend be;
+  CpuKind be;
   WeightStore store = WeightStore::open(test::golden_weights());
   QwenImageTransformer model{be, store.component("transformer")};
   h5::File file = h5::File::open_read(test::golden("transformer.h5"));
   h5::Group g;
   int64_t h = 0, w = 0;
-  explicit GoldenCase(const std::string& name)
-      : g(file.root().open_group("cases").open_group(name)), h(g.attr_int("h")), w(g.attr_int("w")) {}
+  template <typename... BackendArgs>
+  explicit GoldenCase(const std::string& name, BackendArgs... args)
+      : be(args...), g(file.root().open_group("cases").open_group(name)), h(g.attr_int("h")), w(g.attr_int("w")) {}
 };
 
-void check_case(const std::string& name) {
+template <typename CpuKind = CpuBackend, typename... BackendArgs>
+void check_case(const std::string& name, BackendArgs... args) {
   SCOPED_TRACE("case " + name);
-  GoldenCase gc(name);
+  GoldenCase<CpuKind> gc(name, args...);
   QwenImageTransformer& model = gc.model;
   h5::Group& g = gc.g;
   const int64_t h = gc.h, w = gc.w;
@@ -77,9 +118,10 @@ void check_case(const std::string& name) {
 // True CFG's batch (forward_cfg) against the two forward() calls checked above: the golden's
 // padded text (row 1) as cond; its other text (row 0) cut by one token, the last two of the
 // rest taken as padding, as negative: two different lengths, both padded.
-void check_cfg_batch(const std::string& name) {
+template <typename CpuKind = CpuBackend, typename... BackendArgs>
+int64_t check_cfg_batch(const std::string& name, BackendArgs... args) {
   SCOPED_TRACE("case " + name);
-  GoldenCase gc(name);
+  GoldenCase<CpuKind> gc(name, args...);
   Tensor latents = batch_row(gc.g.read_tensor("hidden_states"), 1), text = gc.g.read_tensor("encoder_hidden_states");
   Tensor mask = gc.g.read_tensor("encoder_hidden_states_mask");
   const int64_t L = text.dim(1);
@@ -89,17 +131,23 @@ void check_cfg_batch(const std::string& name) {
     return n;
   };
   const int64_t valid0 = valid_of(1), valid1 = L - 3;
-  ASSERT_LT(valid0, L) << "row 1 of the golden should be padded";
+  EXPECT_LT(valid0, L) << "row 1 of the golden should be padded";
   const Tensor text0 = batch_row(text, 1), text1 = batch_row(text, 0).slice0(0, L - 1).clone();
-  TimestepConditioning cond = gc.model.condition(gc.g.read_tensor("timestep").data<float>()[1]);
+  TimestepConditioning cond = gc.model.condition(gc.g.read_tensor("timestep").template data<float>()[1]);
   const Tensor cond_v = gc.model.forward(latents, text0, valid0, gc.h, gc.w, cond);
   const Tensor neg_v = gc.model.forward(latents, text1, valid1, gc.h, gc.w, cond);
   const auto [cond_b, neg_b] = gc.model.forward_cfg(latents, text0, valid0, text1, valid1, gc.h, gc.w, cond);
-  ASSERT_EQ(cond_b.shape(), cond_v.shape());
-  ASSERT_EQ(neg_b.shape(), neg_v.shape());
-  ASSERT_GT(test::nmse(cond_v, neg_v), 1e-4) << "the two texts should give different velocities";
+  EXPECT_EQ(cond_b.shape(), cond_v.shape());
+  EXPECT_EQ(neg_b.shape(), neg_v.shape());
+  EXPECT_GT(test::nmse(cond_v, neg_v), 1e-4) << "the two texts should give different velocities";
   EXPECT_LE(test::nmse(cond_b, cond_v), 1e-12);
   EXPECT_LE(test::nmse(neg_b, neg_v), 1e-12);
+  EXPECT_EQ(gc.be.count_nonfinite(cond_b) + gc.be.count_nonfinite(neg_b), 0);
+  if constexpr (std::is_same_v<CpuKind, SpareRowsOverwritten>) {
+    EXPECT_EQ(gc.be.nonfinite_padding, 0) << "K / V rows past a sample, read as masked padding, were not finite";
+    return gc.be.overwritten_rows;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -109,6 +157,17 @@ TEST(TransformerGolden, CfgBatchMatchesTwoForwardsOddGrid) { check_cfg_batch("od
 TEST(TransformerGolden, EvenGridWithPaddedMask) { check_case("even"); }
 TEST(TransformerGolden, OddGridWithPaddedMask) { check_case("odd"); }
 TEST(TransformerGolden, NoMask) { check_case("nomask"); }
+
+// A backend that pads attention (CUDA's cuDNN path) overwrites the spare rows past each
+// sample's output: one forward and the CFG batch still match diffusers. 3 spare rows stay
+// inside sample 1's image rows; 40 reach past them into its text rows and the spare tail.
+TEST(TransformerGolden, MatchesWhenAttentionOverwritesItsSpareRows) {
+  check_case<SpareRowsOverwritten>("even", int64_t{3});
+  for (const int64_t spare : {int64_t{3}, int64_t{40}}) {
+    SCOPED_TRACE("spare rows " + std::to_string(spare));
+    EXPECT_GT(check_cfg_batch<SpareRowsOverwritten>("odd", spare), 0) << "no attention call was given spare rows";
+  }
+}
 
 // The conditioning computed while loading (modulation weights released block by block) is the
 // conditioning a loaded model computes per step, bit for bit; other model times are refused.

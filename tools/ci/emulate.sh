@@ -4,8 +4,9 @@
 # real barriers and warp shuffles, cuBLASLt replaced by our reference GEMM kernel, no cuDNN)
 # and run through the real CudaBackend:
 #   - every op case in bf16 and f32 mode against the CPU backend, the shape contract, the NaN
-#     count, the dtype combinations, the allocator (CudaOps, CudaShapeMistakes, CudaDtypes,
-#     CudaMemory), the attention paths (gemm, flash) and the im2col convolution;
+#     count, the dtype combinations, the allocator, single kernels (CudaOps, CudaShapeMistakes,
+#     CudaDtypes, CudaMemory, CudaKernels), the attention paths (gemm, flash) and the im2col
+#     convolution;
 #   - the tiny golden models against diffusers: the whole pipeline in f32 mode (where an
 #     indexing bug shows far above rounding), each model and the CFG batch in bf16 mode;
 #   - `ditbatch selftest --backend cuda --quick` through the emulated backend: the command's
@@ -23,7 +24,7 @@ if ! grep -q '^DITBATCH_CUDA:BOOL=ON' "$core/CMakeCache.txt" 2>/dev/null; then
   echo "SKIP: $core is not a CUDA build (no nvcc?): the emulated CUDA tests need its flags"
   exit 0
 fi
-filter='*CudaOps*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash'
+filter='*CudaOps*:*CudaKernels*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*CudaAttention.*_gemm:*CudaAttention.*_flash'
 filter+=':*CudaConv.*_im2col:*CudaGolden.WholePipeline/f32:*CudaGolden.*/bf16:-*CudaGolden.WholePipeline/bf16'
 python3 tools/device/emulate.py --core-build "$core" --build build-emu \
   --selftest "--backend cuda --quick --no-measure" -- --gtest_filter="$filter"

@@ -166,8 +166,9 @@ void bench_models(CudaBackend& be, const Options& opt, double gemm_peak) {
     report("host time to queue one forward", fmt::format("{:.1f} ms", median(th)),
            fmt::format("{:.0f}% of the GPU time of a forward (CUDA graph decision)", 100.0 * median(th) / forward_ms));
     // A job's prompts have many lengths: the first forward at each new text length pays its
-    // plans (cuDNN SDPA: one per joint length, with a kernel cache where cuDNN offers one;
-    // cuBLASLt: per M) and, for an engine config not seen before, the cuDNN self-check.
+    // plans (cuDNN SDPA: one per bucket of joint lengths where cuDNN pads, else one per length,
+    // with a kernel cache where cuDNN offers one; cuBLASLt: per M) and, for an engine config not
+    // seen before, the cuDNN self-check.
     const int64_t lengths[] = {7, 13, 29, 47, 64, 95, 130, 200};
     std::vector<double> first, again;
     Stopwatch all;
@@ -353,6 +354,7 @@ int main(int argc, char** argv) {
         Tensor v = be.upload(random_input("bench input", {L, H, Dh}, 22, DType::BF16), DType::BF16);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
         const double flops = 4.0 * L * L * H * Dh;
+        double cudnn_ms = 0;
         for (const auto path : {CudaAttentionPath::Cudnn, CudaAttentionPath::Gemm, CudaAttentionPath::Flash}) {
           be.set_attention_path(path);
           const CudaBackendStats before = be.stats();
@@ -370,6 +372,31 @@ int main(int argc, char** argv) {
           for (int i = 0; i < std::max(1, reps / 2); ++i) t.push_back(be.time_ms([&] { be.attention(q, k, v, scale, false); }));
           report(fmt::format("attention {} via {}", what, asked), fmt::format("{:.0f} TFLOP/s", flops / (median(t) * 1e-3) / 1e12),
                  fmt::format("{:.3f} ms", median(t)));
+          if (path == CudaAttentionPath::Cudnn) cudnn_ms = median(t);
+        }
+        // The transformer's call: spare rows past each tensor, so that cuDNN pads L to its
+        // bucket and masks the rest (one plan per bucket instead of one per prompt length).
+        be.set_attention_path(CudaAttentionPath::Cudnn);
+        if (const int64_t spare = be.attention_spare_rows(); spare > 0 && cudnn_ms > 0) {
+          auto rows = [&](uint64_t seed) {
+            return be.upload(random_input("bench input", {L + spare, H, Dh}, seed, DType::BF16), DType::BF16);
+          };
+          const Tensor qs = rows(20), ks = rows(21), vs = rows(22), os = be.empty({L + spare, H, Dh}, DType::BF16);
+          auto call = [&] {
+            be.attention(qs.slice0(0, L), ks.slice0(0, L), vs.slice0(0, L), scale, false, os.slice0(0, L), spare);
+          };
+          const CudaBackendStats before = be.stats();
+          call();
+          if (be.stats().attention_cudnn_padded > before.attention_cudnn_padded) {
+            std::vector<double> t;
+            for (int i = 0; i < std::max(1, reps / 2); ++i) t.push_back(be.time_ms(call));
+            report(fmt::format("attention {} via cudnn, padded to the bucket", what),
+                   fmt::format("{:.0f} TFLOP/s", flops / (median(t) * 1e-3) / 1e12),
+                   fmt::format("{:.3f} ms, {:.3f}x the exact-length plan", median(t), median(t) / cudnn_ms));
+          } else {
+            report(fmt::format("attention {} via cudnn, padded to the bucket", what), "n/a",
+                   "not padded: " + be.stats().sdpa_status);
+          }
         }
         be.set_attention_path(bo.attention);
       };

@@ -60,14 +60,16 @@ void CudnnPath::release() {}
 bool CudnnPath::disabled() const { return true; }
 std::string CudnnPath::status() const { return "disabled: CPU emulation has no cuDNN"; }
 
-CudnnSdpa::CudnnSdpa() : CudnnPath("", true) {}
-bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&,
+CudnnSdpa::CudnnSdpa(int64_t) : CudnnPath("", true) {}
+int64_t CudnnSdpa::spare_rows_wanted() const { return 0; }
+CudnnSdpa::PlanShape CudnnSdpa::plan_shape(const AttentionShape& s, int64_t) const { return {s.Lq, s.Lk, false}; }
+bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&, int64_t,
                          std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
   return false;
 }
 CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, const void*, void*,
-                                 const AttentionShape&, std::string* error) {
+                                 const AttentionShape&, int64_t, const int32_t*, std::string* error) {
   if (error) *error = "CPU emulation: no cuDNN";
   return Result::Failed;
 }
