@@ -35,7 +35,7 @@ CudnnSdpa::PlanShape CudnnSdpa::plan_shape(const AttentionShape& s, int64_t spar
 }
 
 bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void* o, DType dtype,
-                         const AttentionShape& s, int64_t spare_rows, std::string* why) const {
+                         const AttentionShape& s, const PlanShape& p, std::string* why) const {
   auto no = [&](const std::string& reason) {
     if (why) *why = reason;
     return false;
@@ -45,7 +45,6 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
   if (s.causal) return no("causal (needs cuDNN >= 9.21)");
   if (s.H != s.Hkv) return no("grouped-query attention");
   if (s.Dh % 8 != 0 || s.Dh > 128) return no(cat("head dim ", s.Dh, " (multiple of 8, at most 128)"));
-  const PlanShape p = plan_shape(s, spare_rows);
   if (cache().refused({p.Lq, p.Lk, s.H, s.Dh, p.padded})) return no("cuDNN has no plan for this shape");
   for (const void* ptr : {q, k, v, o})
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return no("a tensor is not 16-byte aligned");
@@ -53,9 +52,8 @@ bool CudnnSdpa::eligible(const void* q, const void* k, const void* v, const void
 }
 
 CudnnSdpa::Result CudnnSdpa::run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o,
-                                 const AttentionShape& s, int64_t spare_rows, const int32_t* lengths,
+                                 const AttentionShape& s, const PlanShape& p, const int32_t* lengths,
                                  std::string* error) {
-  const PlanShape p = plan_shape(s, spare_rows);
   float scale = s.scale;  // read at execute time (a by-value tensor)
   std::vector<int64_t> uids = {cudnn::kSdpaQ, cudnn::kSdpaK, cudnn::kSdpaV, cudnn::kSdpaO, cudnn::kSdpaScale};
   std::vector<void*> pointers = {const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), o, &scale};

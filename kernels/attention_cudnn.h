@@ -40,15 +40,16 @@ class CudnnSdpa : public CudnnPath {
   };
   PlanShape plan_shape(const AttentionShape& s, int64_t spare_rows) const;
 
-  // Can this call go to cuDNN? If not, *why says why (for logs and tests).
+  // Can this call, with plan shape p (plan_shape()), go to cuDNN? If not, *why says why (for
+  // logs and tests).
   bool eligible(const void* q, const void* k, const void* v, const void* o, DType dtype, const AttentionShape& s,
-                int64_t spare_rows, std::string* why) const;
-  // Queues the attention on ctx.stream. Failed: *error says why and nothing was written. A
-  // padded call (plan_shape(s, spare_rows).padded) reads s.Lq and s.Lk from the device words
+                const PlanShape& p, std::string* why) const;
+  // Queues the attention on ctx.stream with the plan for p. Failed: *error says why and
+  // nothing was written. A padded p reads s.Lq and s.Lk from the device words
   // set_sequence_lengths wrote at lengths (in stream order), and may write o's rows past s.Lq
   // up to the padded length.
   Result run(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, const AttentionShape& s,
-             int64_t spare_rows, const int32_t* lengths, std::string* error);
+             const PlanShape& p, const int32_t* lengths, std::string* error);
 
  private:
   int64_t bucket_ = 0;  // 0 where this cuDNN or this build has no sequence lengths

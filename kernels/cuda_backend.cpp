@@ -266,18 +266,19 @@ struct CudaBackend::Impl {
       ++attention_calls[2];
       return;
     }
+    const cuda::CudnnSdpa::PlanShape plan = sdpa.plan_shape(s, spare_rows);
     if ((path == CudaAttentionPath::Auto || path == CudaAttentionPath::Cudnn) &&
-        sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, spare_rows, nullptr)) {
+        sdpa.eligible(q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s, plan, nullptr)) {
       std::string error;
       DeviceBlock lengths;  // a padded call's real lengths (freed in stream order, as a workspace)
-      if (sdpa.plan_shape(s, spare_rows).padded) {
+      if (plan.padded) {
         lengths = scratch(2 * cuda::kSeqLenStride * sizeof(int32_t), "attention (cuDNN SDPA): sequence lengths");
         cuda::set_sequence_lengths(ctx, lengths.as<int32_t>(), s.Lq, s.Lk);
       }
-      const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, spare_rows, lengths.as<int32_t>(), &error);
+      const auto result = sdpa.run(ctx, q.raw(), k.raw(), v.raw(), o.raw(), s, plan, lengths.as<int32_t>(), &error);
       if (cudnn_ran(sdpa, result, error, "the GEMM attention path")) {
         ++attention_calls[0];
-        attention_padded_calls += sdpa.plan_shape(s, spare_rows).padded;
+        attention_padded_calls += plan.padded;
         if (result == cuda::CudnnPath::Result::RanNewEngine && opt.cudnn_self_check) self_check_sdpa(q, k, v, o, s);
         return;
       }

@@ -262,6 +262,16 @@ std::pair<Tensor, Tensor> QwenImageTransformer::forward_cfg(const Tensor& latent
   return {v.slice0(0, S), v.slice0(S, 2 * S)};
 }
 
+// Finite keys for a padded attention to mask: it still multiplies their V rows by 0.
+const Tensor& QwenImageTransformer::spare_key_rows(int64_t rows) {
+  if (!spare_keys_.defined() || spare_keys_.dim(0) != rows) {
+    Tensor zeros = Tensor::host({rows, config_.inner_dim()}, DType::F32);
+    std::fill_n(zeros.data<float>(), zeros.numel(), 0.0f);
+    spare_keys_ = be_.upload(zeros, be_.act_dtype());
+  }
+  return spare_keys_;
+}
+
 Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h,
                                              int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
   const TransformerConfig& c = config_;
@@ -293,12 +303,8 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   const RopeTables img_rope = rope_tables(RopeKind::Image, h, w, B);  // [B * S, Dh/2]
   std::array<RopeTables, 2> txt_rope;
   for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, h, w, L[b]);
-  JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh))), {}};
-  if (rows.spare > 0) {  // finite keys for a padded attention to mask (it still multiplies their V by 0)
-    Tensor zeros = Tensor::host({rows.spare, D}, DType::F32);
-    std::fill_n(zeros.data<float>(), zeros.numel(), 0.0f);
-    joint.spare_keys = be_.upload(zeros, be_.act_dtype());
-  }
+  const JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh))),
+                           rows.spare > 0 ? &spare_key_rows(rows.spare) : nullptr};
 
   Streams residual;
   residual.image = w_.img_in(be_, latents, DType::F32);  // [S, D], f32
@@ -371,8 +377,8 @@ QwenImageTransformer::Streams QwenImageTransformer::Block::attention(Backend& be
   Tensor k = be.empty({r.kv_rows + r.spare, D}, be.act_dtype());  // [Lv_all + B*S + spare, D]
   Tensor v = be.empty({r.kv_rows + r.spare, D}, be.act_dtype());
   if (r.spare > 0) {
-    be.copy_(k.slice0(r.kv_rows, r.kv_rows + r.spare), joint.spare_keys);
-    be.copy_(v.slice0(r.kv_rows, r.kv_rows + r.spare), joint.spare_keys);
+    be.copy_(k.slice0(r.kv_rows, r.kv_rows + r.spare), *joint.spare_keys);
+    be.copy_(v.slice0(r.kv_rows, r.kv_rows + r.spare), *joint.spare_keys);
   }
   const Tensor text_q = add_q_proj(be, modulated.text);  // [L_all, D]
   const Tensor text_k = add_k_proj(be, modulated.text);

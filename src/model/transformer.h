@@ -108,7 +108,7 @@ class QwenImageTransformer {
     const RopeTables& image_rope;
     const std::array<RopeTables, 2>& text_rope;
     float scale;
-    Tensor spare_keys;  // [spare, D] zeros for the K and V rows past the last sample (when spare > 0)
+    const Tensor* spare_keys;  // [spare, D] zeros for the K and V rows past the last sample (when spare > 0)
   };
   // The two streams of the MMDiT: image [B*S, D] and text [L_all, D]; f32 as residuals, in the
   // act dtype once normalised and modulated.
@@ -163,6 +163,9 @@ class QwenImageTransformer {
   enum class RopeKind { Image, Text };
   RopeTables rope_tables(RopeKind kind, int64_t h, int64_t w, int64_t count);
   std::map<std::tuple<RopeKind, int64_t, int64_t, int64_t>, RopeTables> rope_cache_;
+  // [rows, D] zeros on the backend for the K and V rows past the last sample, made once.
+  const Tensor& spare_key_rows(int64_t rows);
+  Tensor spare_keys_;
 
   Backend& be_;
   TransformerConfig config_;

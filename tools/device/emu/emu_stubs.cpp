@@ -63,13 +63,13 @@ std::string CudnnPath::status() const { return "disabled: CPU emulation has no c
 CudnnSdpa::CudnnSdpa(int64_t) : CudnnPath("", true) {}
 int64_t CudnnSdpa::spare_rows_wanted() const { return 0; }
 CudnnSdpa::PlanShape CudnnSdpa::plan_shape(const AttentionShape& s, int64_t) const { return {s.Lq, s.Lk, false}; }
-bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&, int64_t,
-                         std::string* why) const {
+bool CudnnSdpa::eligible(const void*, const void*, const void*, const void*, DType, const AttentionShape&,
+                         const PlanShape&, std::string* why) const {
   if (why) *why = "CPU emulation: no cuDNN";
   return false;
 }
 CudnnSdpa::Result CudnnSdpa::run(const CudaContext&, const void*, const void*, const void*, void*,
-                                 const AttentionShape&, int64_t, const int32_t*, std::string* error) {
+                                 const AttentionShape&, const PlanShape&, const int32_t*, std::string* error) {
   if (error) *error = "CPU emulation: no cuDNN";
   return Result::Failed;
 }
