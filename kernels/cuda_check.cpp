@@ -18,4 +18,6 @@ void check_launch(const char* op, cudaStream_t stream, bool sync_each_op) {
   if (sync_each_op) check(cudaStreamSynchronize(stream), cat(op, ": kernel execution (DITBATCH_CUDA_SYNC=1)"));
 }
 
+cudaError_t take_pending_error() { return cudaGetLastError(); }
+
 }  // namespace ditbatch::cuda

@@ -27,5 +27,8 @@ void check(cudaError_t err, const std::string& what);
 // image). With sync_each_op it also waits for the kernel, so an asynchronous fault is
 // reported by the op that caused it (DITBATCH_CUDA_SYNC=1).
 void check_launch(const char* op, cudaStream_t stream, bool sync_each_op);
+// Takes the error left pending by earlier work, if any (cudaSuccess when none): the runtime's
+// last-error slot is then clear for the next check_launch.
+cudaError_t take_pending_error();
 
 }  // namespace ditbatch::cuda

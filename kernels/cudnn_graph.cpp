@@ -375,6 +375,7 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
 cudnnHandle_t PlanCache::handle(cudaStream_t stream) {
   if (!handle_) ok(cudnnCreate(&handle_), "cudnnCreate");
   ok(cudnnSetStream(handle_, stream), "cudnnSetStream");
+  stream_ = stream;
   return handle_;
 }
 
@@ -387,9 +388,9 @@ PlanCache::PlanCache(std::string disabled, bool dynamic_shapes) : disabled_(std:
                            : not_compiled_reason("cuDNN's kernel cache", DITBATCH_CUDNN_KERNEL_CACHE_HEADERS);
 }
 
-std::unique_ptr<Plan> PlanCache::build(int64_t variant, const std::function<Graph()>& make_graph) {
+std::unique_ptr<Plan> PlanCache::build(const Key& key, const std::function<Graph()>& make_graph) {
   if (no_kernel_cache_.empty()) {
-    std::unique_ptr<Desc>& cache = kernel_caches_[variant];  // one per topology: a cache serves one graph's shapes
+    std::unique_ptr<Desc>& cache = kernel_caches_[kernel_key(key)];  // a cache serves one kernel's extents
     if (!cache) cache = std::make_unique<Desc>();
     try {
       return make_plan(make_graph(), handle_, device_props_, true, cache.get());
@@ -397,6 +398,7 @@ std::unique_ptr<Plan> PlanCache::build(int64_t variant, const std::function<Grap
       // This cuDNN cannot build the graph with dynamic shapes (SDPA's arrived after the
       // cache): one plan per shape from now on.
       no_kernel_cache_ = e.what();
+      wait_for_queued_work();
       kernel_caches_.clear();
     }
   }
@@ -409,7 +411,7 @@ const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_g
   if (it == plans_.end()) {
     std::unique_ptr<Plan> made;
     try {
-      made = build(key[4], make_graph);
+      made = build(key, make_graph);
     } catch (const Failure& e) {
       refused_.insert(key);
       // One odd shape costs one fallback. Two refusals before any plan was made are more
@@ -425,26 +427,43 @@ const Plan& PlanCache::plan(const Key& key, const std::function<Graph()>& make_g
         if (!i->second.plan->made_kernel_cache &&
             (oldest->second.plan->made_kernel_cache || i->second.last_used < oldest->second.last_used))
           oldest = i;
-      if (!oldest->second.plan->made_kernel_cache) plans_.erase(oldest);
+      if (!oldest->second.plan->made_kernel_cache) {
+        wait_for_queued_work();  // the oldest plan's last execution may still be queued
+        plans_.erase(oldest);
+      }
     }
-    // An engine config is checked once per graph variant: the padded graph's masking is new
-    // work for an engine the exact graph already ran.
-    *new_engine = engines_seen_.insert(cat(made->engine, " variant ", key[4])).second;
+    // An engine config is checked once per kernel: other heads, head dims or channels, or the
+    // padded graph's masking, are new work for an engine that already ran.
+    const KernelKey kernel = kernel_key(key);
+    *new_engine =
+        engines_seen_.insert(cat(made->engine, " for ", kernel[0], " ", kernel[1], " variant ", kernel[2])).second;
     it = plans_.emplace(key, Entry{std::move(made), 0}).first;
   }
   it->second.last_used = ++uses_;
   return *it->second.plan;
 }
 
+void PlanCache::wait_for_queued_work() {
+  if (queue_wait_) {
+    queue_wait_();
+    return;
+  }
+  // A failed wait is a fault of queued work: the next checked call on the stream reports it.
+  if (handle_ && stream_) cudaStreamSynchronize(stream_);
+}
+
 void PlanCache::release() {
+  if (!plans_.empty() || !kernel_caches_.empty() || handle_) wait_for_queued_work();
   kernel_caches_.clear();  // before the graphs they were made from
   plans_.clear();
   if (handle_) cudnnDestroy(handle_);
   handle_ = nullptr;
+  stream_ = nullptr;
 }
 
 void PlanCache::disable(const std::string& why) {
   disabled_ = why;
+  if (!plans_.empty() || !kernel_caches_.empty()) wait_for_queued_work();  // e.g. sample 0's SDPA, still queued
   kernel_caches_.clear();
   plans_.clear();
 }
@@ -490,13 +509,14 @@ CudnnPath::Result CudnnPath::run_plan(const CudaContext& ctx, const std::array<i
                                       const char* what, const std::function<std::string()>& describe,
                                       std::string* error) {
   try {
+    ctx.library_call_starts(what);
     const cudnnHandle_t handle = cache_->handle(ctx.stream);
     bool new_engine = false;
     const cudnn::Plan& plan = cache_->plan(key, make_graph, &new_engine);
     DeviceBlock workspace;
     if (plan.workspace > 0) workspace = ctx.scratch(static_cast<size_t>(plan.workspace), what);
     cudnn::execute(handle, plan, uids, pointers, workspace.get());
-    check_launch(what, ctx.stream, ctx.sync_each_op);
+    ctx.library_call_done(what);
     return new_engine ? Result::RanNewEngine : Result::Ran;
   } catch (const cudnn::NoPlan& e) {
     if (error) *error = e.what();

@@ -172,14 +172,19 @@ std::unique_ptr<Plan> make_plan(Graph graph, cudnnHandle_t handle, const Desc* d
                                 bool finalize_plan = true, Desc* kernel_cache = nullptr);
 
 // What each cuDNN path of the backend keeps: a handle made on first use, its plans by shape
-// (at most kMaxPlans, the least recently used dropped first), one kernel cache per graph
-// variant that every shape's plan shares (a job of 10,000 prompts of many text lengths
+// (at most kMaxPlans, the least recently used dropped first), one kernel cache per kernel (see
+// Key) that the plans of every extent share (a job of 10,000 prompts of many text lengths
 // compiles each engine's kernel once, not once per length), the engine configs already
-// checked (per variant), and, once something failed, why the path is off (it then stays off
-// for the backend's life).
+// checked (per kernel), and, once something failed, why the path is off (it then stays off
+// for the backend's life). A plan is destroyed only after the work queued with it is done.
 class PlanCache {
  public:
-  using Key = std::array<int64_t, 5>;  // the shape, and a variant of the graph (SDPA: padded or not)
+  // A plan's shape: first the two extents one kernel serves (SDPA: Lq, Lk; convolution: H, W),
+  // then what picks the kernel (SDPA: heads, head dim and the graph variant, padded or not;
+  // convolution: Cin, Cout, 0).
+  using Key = std::array<int64_t, 5>;
+  using KernelKey = std::array<int64_t, 3>;
+  static KernelKey kernel_key(const Key& key) { return {key[2], key[3], key[4]}; }
   static constexpr size_t kMaxPlans = 64;
   // dynamic_shapes: build plans with a shared kernel cache (falls back to one plan per shape,
   // said in status(), where this cuDNN cannot).
@@ -192,6 +197,9 @@ class PlanCache {
   cudnnHandle_t handle(cudaStream_t stream);
   // Plans for the device props describe instead of a handle's (no GPU: the tests).
   void use_device_properties(const Desc* props) { device_props_ = props; }
+  // What waits for the work queued with this cache's plans before any plan, kernel cache or
+  // the handle is destroyed: by default the handle's stream, synchronised (tests count calls).
+  void set_queue_wait(std::function<void()> wait) { queue_wait_ = std::move(wait); }
   // The plan for key: built with make_graph() and this cache's handle the first time.
   // *new_engine says whether its engine config is one this cache has not run before (the
   // caller checks its first output). A shape cuDNN has no plan for throws NoPlan and is
@@ -200,8 +208,9 @@ class PlanCache {
   // caller switches the path off).
   const Plan& plan(const Key& key, const std::function<Graph()>& make_graph, bool* new_engine);
   bool refused(const Key& key) const { return refused_.count(key) > 0; }
-  // Destroys the plans, the kernel cache and the handle (before the stream they are bound to goes).
+  // Destroys the plans, the kernel caches and the handle (before the stream they are bound to goes).
   void release();
+  // Switches the path off and destroys its plans (after the work queued with them).
   void disable(const std::string& why);
   bool disabled() const { return !disabled_.empty(); }
   // "available (cuDNN 91900, 3 plans of 2 engine configs, one kernel cache)" or "disabled: <why>".
@@ -218,15 +227,19 @@ class PlanCache {
     std::unique_ptr<Plan> plan;
     uint64_t last_used = 0;
   };
-  std::unique_ptr<Plan> build(int64_t variant, const std::function<Graph()>& make_graph);
+  std::unique_ptr<Plan> build(const Key& key, const std::function<Graph()>& make_graph);
+  // Waits for the work queued with the plans (queue_wait_, or the handle's stream).
+  void wait_for_queued_work();
 
   cudnnHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the handle's
+  std::function<void()> queue_wait_;
   const Desc* device_props_ = nullptr;
   std::string disabled_;
   std::map<Key, Entry> plans_;
   std::set<Key> refused_;
-  std::set<std::string> engines_seen_;
-  std::map<int64_t, std::unique_ptr<Desc>> kernel_caches_;  // by graph variant (Key's last entry)
+  std::set<std::string> engines_seen_;  // engine config and kernel key
+  std::map<KernelKey, std::unique_ptr<Desc>> kernel_caches_;
   std::string no_kernel_cache_;  // why plans are built without one ("" while it works)
   uint64_t uses_ = 0;
   int64_t plans_made_ = 0;

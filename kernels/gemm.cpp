@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "gemm_preference.h"
 
 namespace ditbatch::cuda {
 namespace {
@@ -45,6 +46,32 @@ std::string describe(const GemmCall& c) {
 }
 
 }  // namespace
+
+GemmPreference make_gemm_preference(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b, uint32_t align_d,
+                                    const std::string& what) {
+  cublasLtMatmulPreference_t raw = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&raw), what + " (preference)");
+  GemmPreference pref(raw);
+  auto set = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value, const char* name) {
+    check_lt(cublasLtMatmulPreferenceSetAttribute(raw, attribute, &value, sizeof value), cat(what, " (preference: ", name, ")"));
+  };
+  set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes, "workspace");
+  set(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, kGemmReductionSchemes, "reduction schemes");
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a, "alignment of A");
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b, "alignment of B");
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d, "alignment of C");
+  set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d, "alignment of D");
+  return pref;
+}
+
+bool gemm_reduction_allowed(const cublasLtMatmulAlgo_t& algo) {
+  uint32_t scheme = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  return (scheme & ~kGemmReductionSchemes) == 0;
+}
 
 struct GemmEngine::Plan {
   bool reference = false;  // no cuBLASLt algorithm: use gemm_reference
@@ -133,22 +160,15 @@ GemmEngine::Plan& GemmEngine::plan_for(const CudaContext& ctx, const GemmCall& c
   layout(&plan->b, ab_type, c.b.transposed ? c.n : c.k, c.b.transposed ? c.k : c.n, c.b.ld, c.b.batch_stride);
   layout(&plan->d, d_type, c.m, c.n, c.ldd, c.d_batch_stride);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), what + " (preference)");
-  const uint64_t ws = workspace_bytes_;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d);
+  const GemmPreference pref = make_gemm_preference(workspace_bytes_, align_a, align_b, align_d, what);
   cublasLtMatmulHeuristicResult_t results[kAlgorithms] = {};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->d,
-                                                               plan->d, pref, kAlgorithms, results, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+                                                               plan->d, pref.get(), kAlgorithms, results, &found);
   if (status == CUBLAS_STATUS_SUCCESS)
     for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && gemm_reduction_allowed(results[i].algo))
+        plan->algos.push_back(results[i].algo);
   if (plan->algos.empty()) {
     plan->reference = true;
     if (ctx.warn)
@@ -181,12 +201,14 @@ void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
     if (set != CUBLAS_STATUS_SUCCESS) check_lt(set, describe(c) + " (bias pointer)");
   }
   const float beta = 0.0f;
+  ctx.library_call_starts(c.op);
   while (true) {
     const cublasStatus_t status =
         cublasLtMatmul(handle_, plan.desc, &c.alpha, c.a.ptr, plan.a, c.b.ptr, plan.b, &beta, c.d, plan.d, c.d,
                        plan.d, &plan.algos[plan.next], workspace_, workspace_bytes_, ctx.stream);
     if (status == CUBLAS_STATUS_SUCCESS) break;
     if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE) check_lt(status, describe(c));
+    take_pending_error();  // the refusal's own, said by its status
     // The heuristic's algorithm refused the call after all: the next one, or our kernel.
     if (ctx.warn)
       ctx.warn(cat(describe(c), ": cublasLtMatmul refused heuristic algorithm ", plan.next, " of ", plan.algos.size(),
@@ -198,7 +220,7 @@ void GemmEngine::run(const CudaContext& ctx, const GemmCall& c) {
       return;
     }
   }
-  ctx.launched(c.op);
+  ctx.library_call_done(c.op);
 }
 
 }  // namespace ditbatch::cuda

@@ -2,13 +2,14 @@
 //
 // Column-major, as cuBLAS sees it: D[m, n] = alpha * op(A)[m, k] * op(B)[k, n] (+ bias[m]),
 // batched with strides. Operands are bf16 or f32 (A and B alike), D is bf16 or f32, the
-// accumulation is always fp32 (CUBLAS_COMPUTE_32F: no TF32, no reduced-precision reductions).
+// accumulation is always fp32 (CUBLAS_COMPUTE_32F: no TF32), split-K partial sums included (the
+// preference allows no reduction in the output type: gemm_preference.h).
 // A row-major Linear y[M, N] = x[M, K] w[N, K]^T is the "TN" call m = N, n = M, k = K with
 // A = w (transposed), B = x, D = y (see linear_gemm()).
 //
 // Per distinct call shape (sizes, strides, types, epilogue, pointer alignments) the matmul
-// descriptor, the layouts and the algorithm (heuristic result 0: deterministic for a given
-// library, GPU and shape) are made once and cached; a 32 MiB workspace is shared by all calls.
+// descriptor, the layouts and the algorithm (the heuristic's first result that reduces in fp32:
+// deterministic for a given library, GPU and shape) are made once and cached; a 32 MiB workspace is shared by all calls.
 // When cuBLASLt offers no algorithm for a shape, a simple tiled kernel of our own runs it
 // (gemm_reference.cu) and a warning says so once.
 #pragma once

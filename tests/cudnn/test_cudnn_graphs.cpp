@@ -358,6 +358,70 @@ TEST(CudnnPlanCache, ARefusedShapeCostsThatShapeOnly) {
   }
 }
 
+// What picks a kernel: a plan's extents (SDPA: Lq, Lk; convolution: H, W) share one, the heads,
+// head dim and graph variant (convolution: the channels) do not: Qwen-Image-2.1's 32 x 128
+// heads beside Qwen-Image's 24 x 128, the vision tower's 16 x 80, the padded graph.
+TEST(CudnnPlanCache, AKernelIsPickedByEverythingButTheExtents) {
+  using Cache = cudnn::PlanCache;
+  EXPECT_EQ(Cache::kernel_key({4224, 4224, 24, 128, 1}), Cache::kernel_key({4352, 128, 24, 128, 1}));
+  for (const Cache::Key other : {Cache::Key{4224, 4224, 32, 128, 1}, Cache::Key{4224, 4224, 16, 80, 1},
+                                 Cache::Key{4224, 4224, 24, 64, 1}, Cache::Key{4224, 4224, 24, 128, 0}})
+    EXPECT_NE(Cache::kernel_key({4224, 4224, 24, 128, 1}), Cache::kernel_key(other))
+        << other[2] << " " << other[3] << " " << other[4];
+}
+
+// An engine config already checked is checked again where it serves another kernel: here the
+// convolution's channels, on cuDNN's real H200 heuristics (its plans finalize without a GPU).
+// The same engine runs several channel counts, so keying the check by the engine alone would
+// skip these.
+TEST(CudnnPlanCache, ChecksAnEngineAgainForEachKernelItServes) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  cudnn::PlanCache cache("", /*dynamic_shapes=*/false);
+  cache.use_device_properties(&props);
+  std::set<std::string> engines, checked;
+  int reused_across_kernels = 0;
+  for (const int64_t cin : {16, 32, 64})
+    for (const int64_t cout : {16, 32, 64})
+      for (const int64_t h : {8, 12}) {
+        bool new_engine = false;
+        const cudnn::Plan& plan = cache.plan(
+            {h, 16, cin, cout, 0}, [&] { return cudnn::conv3x3_bias_graph(h, 16, cin, cout, DType::BF16); }, &new_engine);
+        const bool first_for_kernel = checked.insert(fmt::format("{} {} {}", plan.engine, cin, cout)).second;
+        reused_across_kernels += first_for_kernel && !engines.insert(plan.engine).second;
+        EXPECT_EQ(new_engine, first_for_kernel) << h << "x16, " << cin << " -> " << cout << ": " << plan.engine;
+      }
+  std::printf("[cudnn] 18 convolutions: %zu engine configs, %d reused for other channels\n", engines.size(),
+              reused_across_kernels);
+  EXPECT_GT(reused_across_kernels, 0) << "no engine served two channel counts: the test shows nothing";
+}
+
+// A plan (and the kernel caches, and the handle) is destroyed only after the work queued with
+// it is done: the least recently used plan dropped at the limit (its last execution may still
+// be queued), every plan when the path is switched off (a failed sample 1 while sample 0's
+// attention is queued), and at release. Observed through the cache's wait, counted.
+TEST(CudnnPlanCache, WaitsForQueuedWorkBeforeDestroyingAPlan) {
+  SKIP_WITHOUT_DEVICELESS_CUDNN();
+  const cudnn::Desc props = cudnn::device_properties(h200_json());
+  cudnn::PlanCache cache("", /*dynamic_shapes=*/false);
+  cache.use_device_properties(&props);
+  std::vector<size_t> held_at_wait;  // the plans still there when each wait ran
+  cache.set_queue_wait([&] { held_at_wait.push_back(cache.plans_held()); });
+  bool new_engine = false;
+  const size_t shapes = cudnn::PlanCache::kMaxPlans + 2;
+  for (size_t i = 0; i < shapes; ++i) {
+    const int64_t H = 8 + static_cast<int64_t>(i);
+    cache.plan({H, 16, 16, 32, 0}, [&] { return cudnn::conv3x3_bias_graph(H, 16, 16, 32, DType::BF16); }, &new_engine);
+  }
+  EXPECT_EQ(held_at_wait, std::vector<size_t>(2, cudnn::PlanCache::kMaxPlans)) << "two plans dropped at the limit";
+  cache.disable("a failed execution");
+  ASSERT_EQ(held_at_wait.size(), 3u) << "switched off without waiting for queued work";
+  EXPECT_EQ(held_at_wait[2], cudnn::PlanCache::kMaxPlans);
+  EXPECT_EQ(cache.plans_held(), 0u);
+  cache.release();  // nothing left that work could be queued with
+  EXPECT_EQ(held_at_wait.size(), 3u);
+}
+
 // Where cuDNN cannot build a path's graph with dynamic shapes (here: the convolution's
 // dynamic-shape engines compile at run time, which needs the driver), the cache falls back to
 // a plan per shape, says so, and the path stays on.
