@@ -12,6 +12,10 @@
 //    lengths from, written on the stream (in order with the call, whatever runs before it).
 #include <math_constants.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "device_utils.cuh"
 #include "gemm.h"
 #include "launch.h"
@@ -192,19 +196,32 @@ void check_attention(const char* path, const AttentionShape& s) {
              s.causal ? " causal" : "", ": need positive sizes, H % Hkv == 0, H <= 65535, Lq == Lk if causal"));
 }
 
+// Lets `kernel` launch with more than 48 KiB of dynamic shared memory on ctx's device (up to
+// the device's opt-in limit). cudaFuncSetAttribute acts on the current device only, so the
+// limit set so far is remembered per device and kernel: a second device in the process raises
+// its own. (Keyed by the kernel's address: instances of one template share a function type.)
+template <typename Kernel>
+void opt_in_shared_memory(const CudaContext& ctx, Kernel* kernel, size_t shared, const char* op) {
+  if (shared <= 48 * 1024) return;
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> raised;  // (device, kernel) -> the limit set
+  const std::pair<int, const void*> key{ctx.device, reinterpret_cast<const void*>(kernel)};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = raised.find(key);
+  if (it != raised.end() && shared <= it->second) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(ctx.max_shared_per_block)),
+        cat(op, ": raising the shared-memory limit on device ", ctx.device));
+  raised[key] = ctx.max_shared_per_block;
+}
+
 template <typename T, int kMaxD>
 void launch_flash(const CudaContext& ctx, const T* q, const T* k, const T* v, T* o, const AttentionShape& s) {
   const size_t shared = flash_shared_bytes(s.Dh);
   if (shared > ctx.max_shared_per_block)
     fail(cat("attention (flash): head dim ", s.Dh, " needs ", shared, " bytes of shared memory, the device allows ",
              ctx.max_shared_per_block));
-  static size_t raised = 48 * 1024;  // per instantiation: the opt-in limit set so far
-  if (shared > raised) {
-    check(cudaFuncSetAttribute(flash_attention_kernel<T, kMaxD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(ctx.max_shared_per_block)),
-          "attention (flash): raising the shared-memory limit");
-    raised = ctx.max_shared_per_block;
-  }
+  opt_in_shared_memory(ctx, flash_attention_kernel<T, kMaxD>, shared, "attention (flash)");
   const dim3 grid(static_cast<unsigned>((s.Lq + kFlashRows - 1) / kFlashRows), static_cast<unsigned>(s.H));
   const float scale_log2 = s.scale * 1.4426950408889634f;
   flash_attention_kernel<T, kMaxD><<<grid, kFlashWarps * 32, shared, ctx.stream>>>(
@@ -233,8 +250,8 @@ void attention_flash(const CudaContext& ctx, const void* q, const void* k, const
   });
 }
 
-void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
-                    const AttentionShape& s) {
+int64_t attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
+                       const AttentionShape& s) {
   check_attention("gemm", s);
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t G = s.H / s.Hkv;
@@ -245,13 +262,15 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
   auto padded = [](int64_t n) { return (n + 7) / 8 * 8; };
   const int64_t per_row = s.H * padded(s.Lk) * (4 + es);
   int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(s.Lq, (int64_t{1} << 30) / per_row));
+  if (ctx.attention_chunk_rows > 0) chunk = std::min(chunk, ctx.attention_chunk_rows);
   if (chunk > 64 && chunk < s.Lq) chunk = chunk / 64 * 64;
   DeviceBlock scores = ctx.scratch(static_cast<size_t>(s.H * chunk * padded(s.Lk) * 4), "attention (gemm): scores");
   DeviceBlock probs =
       ctx.scratch(static_cast<size_t>(s.H * chunk * padded(s.Lk) * es), "attention (gemm): probabilities");
   const char* qb = static_cast<const char*>(q);
   char* ob = static_cast<char*>(o);
-  for (int64_t i0 = 0; i0 < s.Lq; i0 += chunk) {
+  int64_t chunks = 0;
+  for (int64_t i0 = 0; i0 < s.Lq; i0 += chunk, ++chunks) {
     const int64_t nq = std::min(chunk, s.Lq - i0);
     const int64_t kl = s.causal ? std::min(s.Lk, i0 + nq) : s.Lk;  // later keys are all masked
     const int64_t ld = padded(kl);
@@ -296,6 +315,7 @@ void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const 
       ctx.gemm->run(ctx, c);
     }
   }
+  return chunks;
 }
 
 void set_sequence_lengths(const CudaContext& ctx, int32_t* lengths, int64_t Lq, int64_t Lk) {

@@ -80,6 +80,16 @@ bool env_flag(const char* name, bool fallback) {
   fail_input("{}={}: expected 1 or 0", name, v);
 }
 
+// A row count from 0 to 4096 (`expected` says what 0 means).
+int64_t env_rows(const char* name, int64_t fallback, const char* expected) {
+  const std::string v = env(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (end == v.c_str() || *end != '\0' || n < 0 || n > 4096) fail_input("{}={}: expected {}", name, v, expected);
+  return n;
+}
+
 // ---- device memory as a Buffer --------------------------------------------------------------
 
 class CudaBuffer final : public Buffer {
@@ -164,14 +174,9 @@ CudaBackendOptions CudaBackendOptions::from_env(int device) {
   else fail_input("DITBATCH_CUDA_CONV={}: expected auto, cudnn or im2col", conv);
   o.cudnn_self_check = env_flag("DITBATCH_CUDA_CUDNN_CHECK", o.cudnn_self_check);
   o.reference_gemm = env_flag("DITBATCH_CUDA_REFERENCE_GEMM", o.reference_gemm);
-  const std::string bucket = env("DITBATCH_CUDA_SDPA_BUCKET");
-  if (!bucket.empty()) {
-    char* end = nullptr;
-    const long long n = std::strtoll(bucket.c_str(), &end, 10);
-    if (end == bucket.c_str() || *end != '\0' || n < 0 || n > 4096)
-      fail_input("DITBATCH_CUDA_SDPA_BUCKET={}: expected 0 (exact lengths) to 4096 rows", bucket);
-    o.sdpa_bucket = n;
-  }
+  o.sdpa_bucket = env_rows("DITBATCH_CUDA_SDPA_BUCKET", o.sdpa_bucket, "0 (exact lengths) to 4096 rows");
+  o.attention_chunk_rows =
+      env_rows("DITBATCH_CUDA_ATTENTION_CHUNK_ROWS", o.attention_chunk_rows, "0 (as memory allows) to 4096 rows");
   return o;
 }
 
@@ -191,6 +196,7 @@ struct CudaBackend::Impl {
   cudaEvent_t timing[2] = {nullptr, nullptr};
   int64_t attention_calls[3] = {0, 0, 0};  // cudnn, gemm, flash
   int64_t attention_padded_calls = 0;       // cuDNN calls padded to a bucket
+  int64_t attention_gemm_chunks = 0;        // query-row chunks of the GEMM path's calls
   int64_t conv_calls[2] = {0, 0};          // cudnn, im2col
 
   Impl(const CudaBackendOptions& o, const Log& l) : opt(o), log(l), sdpa(o.sdpa_bucket) {}
@@ -302,7 +308,7 @@ struct CudaBackend::Impl {
   }
 
   void attention_gemm(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o, const cuda::AttentionShape& s) {
-    cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
+    attention_gemm_chunks += cuda::attention_gemm(ctx, q.raw(), k.raw(), v.raw(), o.raw(), q.dtype(), s);
     ++attention_calls[1];
   }
 
@@ -400,6 +406,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, const Log& log)
   m.ctx.sm_count = prop.multiProcessorCount;
   m.ctx.max_shared_per_block = prop.sharedMemPerBlockOptin;
   m.ctx.sync_each_op = options.sync_each_op;
+  m.ctx.attention_chunk_rows = options.attention_chunk_rows;
   m.ctx.warn = [log = m.log](const std::string& message) { log.warn("{}", message); };
   // What auto will take, said once: a build or a cuDNN without SDPA runs the GEMM path.
   const bool auto_attention = options.attention == CudaAttentionPath::Auto || options.attention == CudaAttentionPath::Cudnn;
@@ -454,6 +461,7 @@ CudaBackendStats CudaBackend::stats() const {
   s.attention_cudnn_padded = m.attention_padded_calls;
   s.attention_gemm = m.attention_calls[1];
   s.attention_flash = m.attention_calls[2];
+  s.attention_gemm_chunks = m.attention_gemm_chunks;
   s.sdpa_status = m.sdpa.status();
   s.conv_cudnn = m.conv_calls[0];
   s.conv_im2col = m.conv_calls[1];

@@ -43,9 +43,13 @@ struct CudaBackendOptions {
   // cuDNN SDPA pads attention lengths up to a multiple of this where the caller leaves room
   // (cuDNN >= 9.15): a few plans per resolution. 0: a plan for every exact length.
   int64_t sdpa_bucket = 128;
+  // The GEMM attention path's query rows per chunk at most (0: as many as ~1 GiB of scores and
+  // probabilities allow): small values make modest shapes take several chunks (tests).
+  int64_t attention_chunk_rows = 0;
   // The defaults, overridden by DITBATCH_CUDA_ACT=bf16|f32, DITBATCH_CUDA_ATTENTION=auto|cudnn|
   // gemm|flash, DITBATCH_CUDA_CONV=auto|cudnn|im2col, DITBATCH_CUDA_POISON=1, DITBATCH_CUDA_SYNC=1,
-  // DITBATCH_CUDA_CUDNN_CHECK=0, DITBATCH_CUDA_REFERENCE_GEMM=1, DITBATCH_CUDA_SDPA_BUCKET=N.
+  // DITBATCH_CUDA_CUDNN_CHECK=0, DITBATCH_CUDA_REFERENCE_GEMM=1, DITBATCH_CUDA_SDPA_BUCKET=N,
+  // DITBATCH_CUDA_ATTENTION_CHUNK_ROWS=N.
   static CudaBackendOptions from_env(int device);
 };
 
@@ -56,6 +60,7 @@ struct CudaBackendStats {
   int64_t gemm_shapes = 0;  // distinct GEMM shapes planned so far
   int64_t attention_cudnn = 0, attention_gemm = 0, attention_flash = 0;  // calls per path
   int64_t attention_cudnn_padded = 0;  // of the cuDNN calls, those padded to a bucket
+  int64_t attention_gemm_chunks = 0;   // query-row chunks the GEMM path's calls took
   std::string sdpa_status;  // "available (...)" or "disabled: why"
   int64_t conv_cudnn = 0, conv_im2col = 0;  // conv2d_3x3 calls per path
   std::string conv_status;  // cuDNN convolution: "available (...)" or "disabled: why"

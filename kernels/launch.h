@@ -95,9 +95,10 @@ void attention_flash(const CudaContext& ctx, const void* q, const void* k, const
                      const AttentionShape& s);
 constexpr int64_t kFlashMaxHeadDim = 384;
 // Materialised: S = scale Q K^T (cuBLASLt, f32), a softmax kernel writes P (dtype), O = P V
-// (cuBLASLt); query rows in chunks so that S and P stay under ~1 GiB. Any Dh.
-void attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
-                    const AttentionShape& s);
+// (cuBLASLt); query rows in chunks so that S and P stay under ~1 GiB (and at most
+// ctx.attention_chunk_rows rows where set). Any Dh. Returns the number of chunks.
+int64_t attention_gemm(const CudaContext& ctx, const void* q, const void* k, const void* v, void* o, DType dtype,
+                       const AttentionShape& s);
 // The real lengths of a padded cuDNN SDPA call, as its two int32 device tensors want them:
 // Lq at lengths[0], Lk at lengths[kSeqLenStride] (each tensor 16-byte aligned).
 constexpr int64_t kSeqLenStride = 4;

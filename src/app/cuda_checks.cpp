@@ -48,6 +48,11 @@ const std::vector<AttentionPathCase>& attention_path_cases() {
       {"text_encoder_gqa", 200, 200, 28, 4, 128, true},
       {"vae_single_head", 300, 300, 1, 1, 384, false},
       {"head64", 129, 65, 2, 2, 64, false},
+      // The GEMM path in several query chunks (at 1024^2 the VAE's 16,384 tokens take two): a
+      // cap of 100 rows rounds down to 64 (64, 64, 64, 8), and causal GQA in chunks of 48 whose
+      // keys grow with the chunk (48, 96, 144, 150; leading dimension 152).
+      {"vae_chunked", 200, 200, 1, 1, 384, false, 0, 100},
+      {"text_encoder_chunked", 150, 150, 4, 2, 64, true, 0, 48},
   };
   return cases;
 }
@@ -66,6 +71,7 @@ PathCheck check_attention_path(CudaBackendOptions options, const AttentionPathCa
   return guarded([&] {
     options.act_dtype = DType::BF16;
     options.attention = path;
+    options.attention_chunk_rows = a.chunk_rows;
     CudaBackend be(options, Log(0, 1, "warn"));
     const Tensor q = round_bf16(random_tensor({a.Lq, a.H, a.Dh}, 101, 2.0f));
     const Tensor k = round_bf16(random_tensor({a.Lk, a.Hkv, a.Dh}, 102, 2.0f));
@@ -91,6 +97,7 @@ PathCheck check_attention_path(CudaBackendOptions options, const AttentionPathCa
             : st.attention_flash      ? "flash"
                                       : "gemm";
     r.nonfinite = count_nonfinite_host(out);
+    r.gemm_chunks = st.attention_gemm_chunks;
     CpuBackend cpu;
     r.error_vs_cpu = selftest::nmse(out, cpu.attention(q, k, v, scale, a.causal));  // fp32, a second opinion
     const std::vector<double> ref = selftest::attention_f64(q, k, v, scale, a.causal);
@@ -113,6 +120,9 @@ PathCheck check_attention_path(CudaBackendOptions options, const AttentionPathCa
       r.failure = "cuDNN SDPA pads lengths, but this call with spare rows ran " + r.ran + ": " + r.status_after;
     else if ((path == CudaAttentionPath::Flash && r.ran != "flash") || (path == CudaAttentionPath::Gemm && r.ran != "gemm"))
       r.failure = fmt::format("{} was asked for and {} ran", attention_path_name(path), r.ran);
+    else if (r.ran == "gemm" && a.chunk_rows > 0 && a.chunk_rows < a.Lq && r.gemm_chunks < 2)
+      r.failure = fmt::format("the GEMM path took {} chunk(s) for {} query rows at most {} a chunk", r.gemm_chunks, a.Lq,
+                              a.chunk_rows);
     return r;
   });
 }

@@ -18,6 +18,7 @@ struct AttentionPathCase {
   int64_t Lq, Lk, H, Hkv, Dh;
   bool causal;
   int64_t spare = 0;  // rows past q, k, v and out, as the transformer leaves them (cuDNN may pad)
+  int64_t chunk_rows = 0;  // the GEMM path's query rows per chunk at most (0: by memory, one chunk here)
 };
 const std::vector<AttentionPathCase>& attention_path_cases();
 
@@ -29,6 +30,7 @@ struct PathCheck {
   double naive_bf16 = -1;     // attention: naive bf16 attention's nmse vs float64 (the rule's yardstick)
   double error_vs_cpu = 0;
   int64_t nonfinite = 0;
+  int64_t gemm_chunks = 0;    // attention: query-row chunks the GEMM path took
   std::string failure;        // empty: passed
 };
 

@@ -30,6 +30,9 @@ TEST(CudaOps, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA (-D
 
 #include "app/cuda_checks.h"
 #include "cuda_test_util.h"
+#ifndef DITBATCH_CUDA_EMULATION
+#include "gemm_preference.h"
+#endif
 #include "launch.h"
 #include "selftest/op_cases.h"
 #include "selftest/op_check.h"
@@ -195,6 +198,42 @@ TEST(CudaGemm, CublasLtMatchesCpuAndTheReferenceKernel) {
   }
 }
 
+#ifndef DITBATCH_CUDA_EMULATION  // the emulation has no cuBLASLt
+// The heuristic's results are filtered by their own configuration too (a second line of
+// defence should a cuBLASLt ignore the mask): an algorithm whose configuration reduces in the
+// output type is never used. Algorithms are made from cuBLASLt's own ids (its handle needs a
+// GPU; the mask itself is read back without one: tests/cudnn/test_cublaslt_preference.cpp).
+TEST(CudaGemm, AnAlgorithmReducingInTheOutputTypeIsRefused) {
+  SKIP_WITHOUT_GPU();
+  cublasLtHandle_t handle = nullptr;
+  ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  int ids[64] = {};
+  int found = 0;
+  ASSERT_EQ(cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                                     CUDA_R_16BF, 64, ids, &found),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_GT(found, 0);
+  int checked = 0;
+  for (int i = 0; i < found; ++i) {
+    cublasLtMatmulAlgo_t algo{};
+    if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               CUDA_R_16BF, ids[i], &algo) != CUBLAS_STATUS_SUCCESS)
+      continue;
+    for (const uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_NONE, CUBLASLT_REDUCTION_SCHEME_INPLACE,
+                                  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE}) {
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
+          CUBLAS_STATUS_SUCCESS)
+        continue;
+      const bool fp32 = scheme == CUBLASLT_REDUCTION_SCHEME_NONE || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      EXPECT_EQ(cuda::gemm_reduction_allowed(algo), fp32) << "algorithm id " << ids[i] << ", reduction scheme " << scheme;
+      ++checked;
+    }
+  }
+  cublasLtDestroy(handle);
+  EXPECT_GT(checked, 0) << "cuBLASLt made no algorithm to configure";
+}
+#endif
+
 // ---- the dtype combinations the models pass ----------------------------------------------------
 
 TEST(CudaDtypes, TheModelsCombinations) {
@@ -331,6 +370,69 @@ TEST(CudaKernels, SequenceLengthsLandWhereThePaddedSdpaReadsThem) {
   EXPECT_THROW(cuda::set_sequence_lengths(ctx, words, 5, int64_t{1} << 31), std::exception);
   cudaFree(words);
 }
+
+// The flash kernel above 48 KiB of shared memory (Dh 384, the VAE's head) on each device of the
+// process in turn: cudaFuncSetAttribute acts on the current device only, so an opt-in
+// remembered per process would leave the second device's launch refused. (The emulation has
+// two devices and keeps the opt-in per device, as a GPU does.)
+TEST(CudaKernels, FlashSharedMemoryOptInHoldsOnEveryDevice) {
+  SKIP_WITHOUT_GPU();
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one device: " << cuda_describe_devices();
+  const int64_t L = 40, Dh = 384;
+  const Tensor q = test::random_tensor({L, 1, Dh}, 231, 2.0f), k = test::random_tensor({L, 1, Dh}, 232, 2.0f),
+               v = test::random_tensor({L, 1, Dh}, 233);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
+  CpuBackend cpu;
+  const Tensor expected = cpu.attention(q, k, v, scale, false);
+  for (int device = 0; device < 2; ++device) {
+    SCOPED_TRACE(fmt::format("device {}", device));
+    CudaBackendOptions o = test::cuda_test_options(DType::F32);
+    o.device = device;
+    o.attention = CudaAttentionPath::Flash;
+    CudaBackend be(o, Log(0, 1, "warn"));
+    const Tensor got = be.to_host_f32(be.attention(be.upload(q, DType::F32), be.upload(k, DType::F32),
+                                                   be.upload(v, DType::F32), scale, false));
+    EXPECT_EQ(be.stats().attention_flash, 1);
+    EXPECT_LE(test::nmse(got, expected), 1e-10);
+  }
+  cudaSetDevice(0);  // as the other tests expect to find it
+}
+
+#ifdef DITBATCH_CUDA_EMULATION
+// A library call (cuBLASLt, cuDNN) is judged by the status it returns: an error pending from
+// earlier work is said as that work's before the call, and one the library leaves behind is
+// not blamed on our next launch. (Emulation only: it makes a pending error on purpose.)
+TEST(CudaKernels, LibraryCallsAreNotBlamedForAPendingError) {
+  cuda::CudaContext ctx;
+  std::vector<std::string> warnings;
+  ctx.warn = [&](const std::string& message) { warnings.push_back(message); };
+  auto leave_pending_error = [] {
+    void* p = nullptr;
+    ASSERT_EQ(cudaMalloc(&p, 64), cudaSuccess);
+    emuFailNextFree(cudaErrorInvalidValue);
+    cudaFree(p);
+  };
+  // What the protocol prevents: a plain launch check takes whatever is pending as its own.
+  leave_pending_error();
+  EXPECT_THROW(ctx.launched("an innocent kernel"), Error);
+
+  leave_pending_error();
+  ctx.library_call_starts("linear (cuBLASLt)");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("cudaErrorInvalidValue"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("not by linear (cuBLASLt)"), std::string::npos) << warnings[0];
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the earlier error was left for the call to be blamed for";
+
+  for (const bool sync : {false, true}) {
+    ctx.sync_each_op = sync;
+    ctx.library_call_starts("attention (cuDNN SDPA)");
+    leave_pending_error();  // as a library may leave one behind while returning success
+    EXPECT_NO_THROW(ctx.library_call_done("attention (cuDNN SDPA)"));
+    EXPECT_NO_THROW(ctx.launched("the next kernel"));
+  }
+  EXPECT_EQ(warnings.size(), 1u) << "a clean start was reported as a pending error";
+}
+#endif
 
 // ---- memory ---------------------------------------------------------------------------------
 

@@ -8,24 +8,28 @@
 # failing stage does not stop the next):
 #   0. unpack the bundle, find cudart / cuBLAS / cuDNN / NVRTC on the machine (the newest cuDNN
 #      found), print versions
-#   1. `ditbatch selftest` (full): every op case in bf16 and f32 against the CPU, each attention
+#   1. the CUDA op tests (ditbatch_cuda_tests: every op case, each attention path incl. the
+#      several-chunk GEMM cases and the 16,384-token VAE attention, the convolution paths,
+#      cuBLASLt against the reference kernel) with DITBATCH_CUDA_SYNC=1: every launch is
+#      checked where it happens, so a first fault names its op, not a later one
+#   2. `ditbatch selftest` (full): every op case in bf16 and f32 against the CPU, each attention
 #      and convolution path, the tiny pipeline against the CPU and against diffusers' goldens,
 #      GEMM / copy / attention throughput; its JSON comes back
-#   2. `ditbatch generate --backend cuda` on a tiny model against the same command on the CPU
+#   3. `ditbatch generate --backend cuda` on a tiny model against the same command on the CPU
 #      backend (PNG PSNR)
-#   3. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
+#   4. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
 #      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh)
-#   4. (only when asked for: CHECK_STAGES="0 1 2 3 4") ditbatch_cuda_bench: ceilings, GEMM
+#   5. (only when asked for: CHECK_STAGES="0 1 2 3 4 5") ditbatch_cuda_bench: ceilings, GEMM
 #      shapes, attention paths, full-size models, peak memory, the 50-step image
 # A summary comes last. Logs and metrics go to $OUT (they come back with the run).
-# Environment: CHECK_STAGES="0 1 2 3" to choose stages; BENCH_ARGS for stage 4.
+# Environment: CHECK_STAGES="0 1 2 3 4" to choose stages; BENCH_ARGS for stage 5.
 set -uo pipefail
 
 t_start=$(date +%s)
 root=$(pwd)
 out=${OUT:-/tmp/ditbatch-check}
 mkdir -p "$out"
-stages=${CHECK_STAGES:-"0 1 2 3"}
+stages=${CHECK_STAGES:-"0 1 2 3 4"}
 summary=()
 note() { summary+=("$1"); echo "$1"; }
 elapsed() { echo $(($(date +%s) - t_start)); }
@@ -115,7 +119,20 @@ if want 0; then
 fi
 
 if want 1; then
-  echo "== stage 1: ditbatch selftest (every op in bf16 and f32, each path, the pipelines, the machine) =="
+  echo "== stage 1: the CUDA op tests, each launch synchronised (DITBATCH_CUDA_SYNC=1) =="
+  t0=$(date +%s)
+  DITBATCH_CUDA_SYNC=1 CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings_tests.log" timeout 120 \
+    "$work/bin/ditbatch_cuda_tests" --gtest_color=no \
+    --gtest_filter='*CudaOps*:*CudaKernels*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*CudaAttention*:*CudaConv*:*CudaGemm*' \
+    > "$out/cuda_tests.log" 2>&1
+  rc=$?
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error' "$out/cuda_tests.log" | head -40
+  grep -h '^\[cuda-metric\]' "$out/cuda_tests.log" > "$out/metrics.txt" 2>/dev/null
+  note "op tests (synchronous): rc $rc in $(($(date +%s) - t0)) s$([[ $rc == 124 ]] && echo ' (TIMED OUT)'): $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/cuda_tests.log" | tr '\n' ' ')"
+fi
+
+if want 2; then
+  echo "== stage 2: ditbatch selftest (every op in bf16 and f32, each path, the pipelines, the machine) =="
   # cuDNN's own warnings name what a refused engine lacked (e.g. NVRTC not loadable).
   t0=$(date +%s)
   CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_warnings.log" timeout 240 \
@@ -129,11 +146,11 @@ if want 1; then
   fi
   [[ -s $out/cudnn_warnings.log ]] && { echo "cuDNN warnings (first lines; all in cudnn_warnings.log):"; head -c 3000 "$out/cudnn_warnings.log"; echo; }
 fi
-if want 2 && [[ -x $work/bin/ditbatch ]]; then
+if want 3 && [[ -x $work/bin/ditbatch ]]; then
   # The product's command on the GPU (device choice, the GPU check before the weights, the memory
   # check against the real free memory, the conditioning at load, PNG writing): the tiny model's
   # images from --backend cuda against the same command on the CPU backend.
-  echo "== stage 2: ditbatch generate on the GPU against the CPU backend =="
+  echo "== stage 3: ditbatch generate on the GPU against the CPU backend =="
   gen_dir="$out/generate"
   rm -rf "$gen_dir" && mkdir -p "$gen_dir"
   # true CFG, no CFG, another size (a second schedule for the conditioning at load)
@@ -149,13 +166,13 @@ if want 2 && [[ -x $work/bin/ditbatch ]]; then
   grep -E 'quick op cases|GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
   note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
 fi
-if want 3 && [[ -x $work/bin/ditbatch ]]; then
+if want 4 && [[ -x $work/bin/ditbatch ]]; then
   wheels=build-device/carry/wheels
   if [[ -n $py ]] && ls "$wheels"/diffusers-*.whl > /dev/null 2>&1 &&
      "$py" -m pip install --quiet --no-index --no-deps --target "$work/py" "$wheels"/*.whl > "$out/pip.log" 2>&1; then
     # The same transformer forward through diffusers (bf16, torch's SDPA) in the same run.
     # Random weights on both sides, made on the GPU.
-    echo "== stage 3: ditbatch bench against diffusers, 1024^2, true CFG =="
+    echo "== stage 4: ditbatch bench against diffusers, 1024^2, true CFG =="
     PYTHONPATH="$work/py${PYTHONPATH:+:$PYTHONPATH}" PYTHON="$py" BACKEND=cuda CONFIG=real SIZE=1024x1024 STEPS=3 \
       WARMUP=1 ROUNDS=1 timeout 240 bash tools/bench/compare_dit.sh "$work/bin/ditbatch" -- --cfg \
       > "$out/compare-dit.log" 2>&1
@@ -163,15 +180,15 @@ if want 3 && [[ -x $work/bin/ditbatch ]]; then
     tail -25 "$out/compare-dit.log"
     note "ditbatch vs diffusers: rc $rc; $(grep -m1 '^ratio ditbatch/diffusers' "$out/compare-dit.log" || echo 'no ratio')"
   else
-    echo "== stage 3: ditbatch bench at 1024^2, true CFG (no diffusers wheel carried or pip failed: see pip.log) =="
+    echo "== stage 4: ditbatch bench at 1024^2, true CFG (no diffusers wheel carried or pip failed: see pip.log) =="
     timeout 180 "$work/bin/ditbatch" bench dit --config real --size 1024x1024 --steps 4 --cfg --backend cuda > "$out/ditbatch-bench.log" 2>&1
     rc=$?
     tail -30 "$out/ditbatch-bench.log"
     note "ditbatch bench: rc $rc (diffusers comparison skipped)"
   fi
 fi
-if want 4; then
-  echo "== stage 4: ditbatch_cuda_bench =="
+if want 5; then
+  echo "== stage 5: ditbatch_cuda_bench =="
   timeout 300 "$work/bin/ditbatch_cuda_bench" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
   rc=$?
   grep -vE '^\|' "$out/bench.log" | tail -60

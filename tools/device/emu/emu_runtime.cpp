@@ -91,7 +91,12 @@ struct Grid {
 
 Grid g;
 cudaError_t last_error = cudaSuccess;
-std::map<const void*, int> shared_limit;  // cudaFuncAttributeMaxDynamicSharedMemorySize per kernel
+// Two devices, as a node with two GPUs: what acts per device (the shared-memory opt-in) is
+// tested against a second one. Memory is the host's for both.
+constexpr int kDevices = 2;
+int current_device = 0;
+// cudaFuncAttributeMaxDynamicSharedMemorySize per device and kernel, as a GPU keeps it
+std::map<std::pair<int, const void*>, int> shared_limit;
 alignas(64) char shared_memory[kSharedBytes];
 
 Fiber& current() { return g.fibers[static_cast<size_t>(g.current)]; }
@@ -171,7 +176,7 @@ void sync_warp() { exchange(0, 0, false); }
 cudaError_t func_set_attribute(const void* func, cudaFuncAttribute attr, int value) {
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || static_cast<size_t>(value) > kSharedBytes)
     return last_error = cudaErrorInvalidValue;
-  shared_limit[func] = value;
+  shared_limit[{current_device, func}] = value;
   return cudaSuccess;
 }
 
@@ -207,7 +212,7 @@ void run_grid(const Config& cfg, void (*body)(void*), void* context, const void*
     return;
   }
   if (cfg.shared_bytes > 48 * 1024) {  // needs the kernel's own opt-in, as on a GPU
-    auto it = shared_limit.find(kernel);
+    auto it = shared_limit.find({current_device, kernel});
     if (it == shared_limit.end() || static_cast<size_t>(it->second) < cfg.shared_bytes) {
       last_error = cudaErrorInvalidValue;
       return;
@@ -309,12 +314,16 @@ cudaError_t cudaGetLastError() {
   return e;
 }
 cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
+  *n = emu::kDevices;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= emu::kDevices) return emu::last_error = cudaErrorInvalidValue;
+  emu::current_device = d;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
+  *d = emu::current_device;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {

@@ -1,6 +1,6 @@
 // What the CPU emulation (tools/device/emulate.py) puts in place of the parts that need the
 // real libraries: every GEMM through the reference kernel (gemm_reference.cu, emulated like
-// every other kernel), cuDNN (SDPA and convolution) absent, one emulated device.
+// every other kernel), cuDNN (SDPA and convolution) absent, two emulated devices.
 #include <set>
 #include <string>
 
@@ -12,12 +12,26 @@
 
 namespace ditbatch {
 
-int cuda_device_count() { return 1; }
-std::string cuda_describe_devices() { return "0: CPU emulation of a CUDA device (tools/device/emulate.py)\n"; }
+int cuda_device_count() {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  return n;
+}
+std::string cuda_describe_devices() {
+  std::string out;
+  for (int d = 0; d < cuda_device_count(); ++d)
+    out += std::to_string(d) + ": CPU emulation of a CUDA device (tools/device/emulate.py)\n";
+  return out;
+}
 std::string cuda_library_versions() { return "emulated: no cudart, cuBLASLt or cuDNN"; }
 std::string cuda_library_paths() { return ""; }
 std::string cuda_kernel_image_check() { return ""; }
-std::string cuda_device_uuid(int) { return "e0000000000000000000000000000000"; }
+std::string cuda_device_uuid(int device) {
+  std::string uuid(32, '0');
+  uuid[0] = 'e';
+  uuid.back() = static_cast<char>('0' + device % 10);
+  return uuid;
+}
 CudaBuild cuda_build() {
   CudaBuild b;
   b.architectures = "CPU emulation";
