@@ -136,9 +136,12 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   // ---- validate everything first: nothing is written for a folder that cannot convert ----
   nlohmann::json index = parse_json_file((root / "model_index.json").string());
   const std::string pipeline_class = index.value("_class_name", "");
+  // Another family's folder (Qwen-Image-2.1, Edit) has other components and tensors: refused
+  // here, not converted into a file that fails later.
   if (pipeline_class != "QwenImagePipeline")
-    log.warn("{}/model_index.json: _class_name is '{}', expected QwenImagePipeline; converting anyway", opt.from,
-             pipeline_class);
+    fail_input("{}/model_index.json: _class_name '{}': ditbatch converts QwenImagePipeline folders (Qwen-Image, "
+               "Qwen-Image-2512)",
+               opt.from, pipeline_class);
   std::vector<ModelComponent> models;
   for (const char* name : {"transformer", "text_encoder", "vae"}) {
     ModelComponent m;

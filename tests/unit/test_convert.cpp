@@ -281,6 +281,18 @@ TEST(Convert, BadInputFailsBeforeWritingAnything) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename(), "pipe") << "left behind: " << e.path();
 
+  // Another family's folder: refused naming its class and what convert reads.
+  write_pipeline(dir / "pipe");
+  test::write_text(dir / "pipe/model_index.json", R"({"_class_name": "QwenImage21Pipeline", "_diffusers_version": "0.42.1"})");
+  r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "out.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("model_index.json: _class_name 'QwenImage21Pipeline': ditbatch converts QwenImagePipeline "
+                          "folders"),
+            std::string::npos)
+      << r.output;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename(), "pipe") << "left behind: " << e.path();
+
   std::filesystem::remove(dir / "pipe/model_index.json");
   r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "out.h5"));
   EXPECT_EQ(r.status, 2);
