@@ -39,6 +39,7 @@
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "pipeline/image_model.h"
 #include "pipeline/qwen_image_pipeline.h"
 
 namespace ditbatch {
@@ -476,7 +477,10 @@ LoadRound load_round(const std::string& path, WeightAccess access, Backend& be, 
   {
     Stopwatch phase;
     const WeightStore store = WeightStore::open(path, access);
-    QwenImagePipeline pipeline(be, store, log);
+    const std::unique_ptr<ImageModel> model = ImageModel::open(store);
+    const std::unique_ptr<ImageGenerator> generator =
+        model->make_generator(be, log, model->default_max_sequence_length());
+    ImageGenerator& pipeline = *generator;
     r.open_s = phase.seconds();
     phase = Stopwatch();
     pipeline.load_text_encoder();

@@ -32,7 +32,7 @@
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/host_plan.h"
 #include "pipeline/memory_plan.h"
-#include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/image_model.h"
 #include "pipeline/run_report.h"
 #include "pipeline/resume.h"
 #include "pipeline/runner.h"
@@ -102,9 +102,9 @@ DenoiserSetup denoiser_setup(const GenerateOptions& o, const WeightStore& weight
 
 // The CPU backend: refuse what cannot fit in memory, and announce what will take hours (an
 // 8192x8192 image: days), with the numbers, before any weight is read.
-void check_cpu_run(const WeightStore& weights, const std::vector<ImageJob>& jobs, const GenerateOptions& o,
+void check_cpu_run(const ImageModel& model, const std::vector<ImageJob>& jobs, const GenerateOptions& o,
                    const World& world, const Log& log) {
-  const HostRunPlan plan = plan_host_run(weights, jobs, std::min<int64_t>(o.max_sequence_length, 64));
+  const HostRunPlan plan = model.host_run(jobs, std::min<int64_t>(o.max_sequence_length, 64));
   check_host_memory(plan, o.run.offload_text_encoder, host_memory(), world.local_size());
   if (!plan.costliest) return;
   CpuBackend backend;
@@ -148,15 +148,15 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   ArraySlice::resolve(o.array_index, o.array_count);
   const WeightStore& weights = weight_file.emplace(WeightStore::open(o.weights_path));  // a wrong file fails here
-  QwenImagePipeline::check_configs(weights);
+  const std::unique_ptr<ImageModel> model = ImageModel::open(weights);  // its configs checked
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
-  const LoraSet loras = LoraSet::open(requests, TransformerConfig::from(weights.component("transformer").config()));
+  const LoraSet loras = model->open_loras(requests);
   for (const LoraFile& f : loras.files())
     log.info("LoRA {} ({}, strength {}): {} modules, sha256 {}", f.path, f.formats, f.strength, f.modules,
              f.sha256.substr(0, 12));
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
-  if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(weights, jobs, o, world, log);
+  if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(*model, jobs, o, world, log);
   check_output_dir(o.run.out_dir);
   if (o.layout.kind != OutputLayout::Kind::Flat) check_output_folders(o.run.out_dir);
   if (!o.run.overwrite) {
@@ -445,13 +445,10 @@ RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, co
     if (!weight_file) weight_file.emplace(WeightStore::open(o.weights_path));
     WeightStore& weights = *weight_file;
     const SchedulerConfig scheduler = chosen_scheduler(o, weights);
+    const std::unique_ptr<ImageModel> model = ImageModel::open(weights);
     if (const auto memory = backend->device_memory()) {  // a GPU: will the run fit? (before any weight is read)
-      int64_t width = 0, height = 0;
-      for (const ImageJob& job : jobs)
-        if (job.width * job.height > width * height) width = job.width, height = job.height;
-      const int64_t timesteps = std::ssize(conditioning_timesteps(scheduler, jobs));
-      const DeviceMemoryPlan plan = plan_device_memory(weights, dtype_size(backend->weight_dtype()), width, height,
-                                                       o.max_sequence_length, timesteps);
+      const DeviceMemoryPlan plan =
+          model->device_memory(dtype_size(backend->weight_dtype()), jobs, o.max_sequence_length, scheduler);
       check_device_memory(plan, o.run.offload_text_encoder, *memory, backend->name(), gpu.sharing);
       log.info("GPU memory needed: about {}; {:.1f} GiB free", plan.describe(o.run.offload_text_encoder),
                static_cast<double>(memory->free_bytes) / double(1 << 30));
@@ -459,7 +456,8 @@ RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, co
     auto reader = std::make_shared<NodeWeightReader>(world);
     const int64_t read_before = h5::dataset_bytes_read();  // the weights-once-per-node accounting
     const int64_t lora_read_before = safetensors_bytes_read();
-    QwenImagePipeline pipeline(*backend, weights, log, o.max_sequence_length, reader);
+    const std::unique_ptr<ImageGenerator> generator = model->make_generator(*backend, log, o.max_sequence_length, reader);
+    ImageGenerator& pipeline = *generator;
     pipeline.use_scheduler(scheduler);
     pipeline.use_loras(plan.loras);
     // This rank's share: known for static shards, an even share for dynamic ones.

@@ -11,7 +11,7 @@
 #include "io/weight_store.h"
 #include "model/prompt_tokens.h"
 #include "pipeline/memory_plan.h"
-#include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/image_model.h"
 
 namespace ditbatch {
 
@@ -100,12 +100,12 @@ int cmd_inspect(const std::vector<std::string>& args) {
     std::cout << "GPU memory for generate (bf16, 50 steps, estimate):\n";
     try {
       const SchedulerConfig scheduler = SchedulerConfig::from(store.component("scheduler").config());
+      const std::unique_ptr<ImageModel> model = ImageModel::open(store);
       for (const int64_t side : {1024, 1328}) {
         ImageJob job;  // the model card's 50 steps
         job.width = job.height = side;
         job.steps = GenerationDefaults{}.steps;
-        const int64_t timesteps = std::ssize(conditioning_timesteps(scheduler, {job}));
-        const DeviceMemoryPlan plan = plan_device_memory(store, 2, side, side, kDefaultMaxSequenceLength, timesteps);
+        const DeviceMemoryPlan plan = model->device_memory(2, {job}, kDefaultMaxSequenceLength, scheduler);
         std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", side, side,
                                  plan.describe(false), side, side, plan.describe(true));
       }

@@ -10,8 +10,6 @@
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "model/transformer.h"
-#include "model/vae.h"
 
 namespace ditbatch {
 namespace {
@@ -20,16 +18,6 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kMiB = int64_t{1} << 20;
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(kGiB); }
-
-// f32 bytes of the component's tensors whose names start with one of `prefixes` (all if none).
-int64_t f32_bytes(const Component& component, const std::vector<std::string>& prefixes = {}) {
-  int64_t n = 0;
-  for (const std::string& name : component.tensor_names())
-    if (prefixes.empty() ||
-        std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; }))
-      n += shape_numel(component.tensor_info(name).shape);
-  return 4 * n;
-}
 
 // A number from the first line of a file ("max" and unreadable: -1).
 int64_t read_number(const std::string& path) {
@@ -55,38 +43,6 @@ std::string HostRunPlan::describe(bool offload_text_encoder) const {
                        gib(text_encoder), gib(denoiser), gib(activations), what, gib(peak(true)));
   return fmt::format("text encoder {:.1f} + transformer + VAE {:.1f} + activations {:.1f}{} = {:.1f} GiB",
                      gib(text_encoder), gib(denoiser), gib(activations), what, gib(peak(false)));
-}
-
-HostRunPlan plan_host_run(const WeightStore& weights, const std::vector<ImageJob>& jobs, int64_t text_tokens) {
-  HostRunPlan plan;
-  const Component te = weights.component("text_encoder"), dit = weights.component("transformer"),
-                  vae = weights.component("vae");
-  plan.text_encoder = f32_bytes(te);
-  plan.denoiser = f32_bytes(dit) + f32_bytes(vae, {"decoder.", "post_quant_conv."});
-  const TransformerConfig tc = TransformerConfig::from(dit.config());
-  const VaeConfig vc = VaeConfig::from(vae.config());
-  int64_t largest = -1;
-  for (const ImageJob& job : jobs) {
-    const int64_t S = job.grid_h() * job.grid_w(), batch = job.true_cfg ? 2 : 1;
-    const double flops = static_cast<double>(job.steps) * static_cast<double>(batch) *
-                             QwenImageTransformer::forward_flops(tc, S, text_tokens) +
-                         VaeDecoder::decode_flops(vc, job.height, job.width);
-    if (flops > plan.image_flops) {
-      plan.image_flops = flops;
-      plan.costliest = &job;
-    }
-    // All f32 on the CPU: the transformer's streams and projections per token (twice the mixed
-    // bf16 / f32 bytes of memory_plan.cpp's count), and the decode's ~8 live [H, W, base_dim]
-    // tensors at full resolution (measured: 496 bytes per pixel with base_dim 16).
-    const int64_t forward = batch * (S + text_tokens) * (28 * tc.inner_dim() + 2 * tc.ff_dim()) * 2;
-    const int64_t decode = 8 * job.width * job.height * vc.base_dim * 4;
-    if (std::max(forward, decode) > largest) {
-      largest = std::max(forward, decode);
-      plan.largest = &job;
-    }
-  }
-  plan.activations = std::max<int64_t>(largest, 0) + 256 * kMiB;  // + buffers, the runtime
-  return plan;
 }
 
 HostMemory host_memory() {

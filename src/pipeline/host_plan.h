@@ -1,6 +1,6 @@
 // What a run on the CPU backend will hold in host memory and how long its costliest image will
-// take at least, worked out from the weight file's configs and tensor sizes before any weight
-// is read: a size that cannot fit (8192x8192 decodes through ~34 GB of activations even with
+// take at least, worked out by its model family (ImageModel::host_run) from the weight file's
+// configs and tensor sizes before any weight is read: a size that cannot fit (8192x8192 decodes through ~34 GB of activations even with
 // the tiny model) is refused in a second with the numbers, and one that will take hours (the
 // VAE's mid-block attention grows with the square of the image area) is announced with its
 // estimate instead of running silently, deaf to everything but a signal.
@@ -27,10 +27,6 @@ struct HostRunPlan {
   // "weights 0.1 + activations 33.8 (the VAE decode of 8192x8192) = 34.1 GiB"
   std::string describe(bool offload_text_encoder) const;
 };
-
-// text_tokens: the prompt tokens counted for the transformer (an estimate: prompts are not
-// tokenized yet).
-HostRunPlan plan_host_run(const WeightStore& weights, const std::vector<ImageJob>& jobs, int64_t text_tokens);
 
 // The memory this process may still take: the least of MemAvailable, its cgroup's memory.max
 // less what the cgroup uses (a Slurm job's --mem, a container's limit) and `ulimit -v` less its

@@ -41,7 +41,7 @@ void write_sample_record(const std::string& out_dir, const ImageJob& job, ImageR
   record.json_file_stat = written_file_stat(path);
 }
 
-OutputProvenance OutputProvenance::from(const WeightStore& weights, const QwenImagePipeline& pipeline) {
+OutputProvenance OutputProvenance::from(const WeightStore& weights, const ImageGenerator& pipeline) {
   return {weights.model_name(), weights.checksum(), pipeline.max_sequence_length(),
           DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
 }

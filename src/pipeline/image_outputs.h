@@ -9,9 +9,10 @@
 #include "core/tensor.h"
 #include "io/image_record.h"
 #include "io/png_io.h"
+#include "io/weight_store.h"
 #include "pipeline/denoiser_setup.h"
+#include "pipeline/image_generator.h"
 #include "pipeline/job.h"
-#include "pipeline/qwen_image_pipeline.h"
 
 namespace ditbatch {
 
@@ -20,7 +21,7 @@ struct OutputProvenance {
   std::string model_name, model_checksum;
   int64_t max_sequence_length = 0;
   DenoiserSetup denoiser;  // LoRAs and scheduler
-  static OutputProvenance from(const WeightStore& weights, const QwenImagePipeline& pipeline);
+  static OutputProvenance from(const WeightStore& weights, const ImageGenerator& pipeline);
 };
 
 // The PNG's path for a job.

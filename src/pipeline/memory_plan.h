@@ -1,5 +1,5 @@
-// What a run will hold on a GPU, worked out from the weight file's tensor sizes and the largest
-// image of the run, and checked against the device's free memory before any weight is read:
+// What a run will hold on a GPU, worked out by its model family (ImageModel::device_memory) from
+// the weight file's tensor sizes and the largest image of the run, and checked against the device's free memory before any weight is read:
 // a 48 GB card that cannot hold the text encoder and the transformer together fails in a
 // second with the numbers and the way out (--offload-text-encoder), not after minutes of
 // loading (notes/users.md: "people OOM on 48 GB cards").
@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 #include "io/weight_store.h"
@@ -17,8 +18,8 @@ struct DeviceMemoryPlan {
   int64_t text_encoder = 0, transformer = 0, vae = 0;  // weight bytes in the backend's weight dtype
   int64_t denoise_activations = 0;  // transformer forward + VAE decode of the largest image (estimate)
   int64_t encode_activations = 0;   // one prompt through the text encoder (estimate)
-  // > 0: the transformer holds the conditioning of this many model times instead of its
-  // modulation weights (computed at load: QwenImageTransformer::conditioning_at_load_pays).
+  // > 0: the transformer holds the conditioning of this many model times instead of the weights
+  // that compute it (a family that computes it at load, where that holds less).
   int64_t conditioning_timesteps = 0;
   // The most held at once: everything together, or with --offload-text-encoder the larger of
   // the encoding phase and the denoising phase.
@@ -28,11 +29,9 @@ struct DeviceMemoryPlan {
   std::string conditioning_note() const;  // "" or what the transformer figure holds instead
 };
 
-// weight_dtype_size: bytes per parameter on the device (2 for bf16). The largest image is
-// width x height pixels; text_tokens bounds a prompt's kept tokens (max_sequence_length);
-// timesteps: how many distinct model times the run's schedules have (conditioning_timesteps()).
-DeviceMemoryPlan plan_device_memory(const WeightStore& weights, size_t weight_dtype_size, int64_t width,
-                                    int64_t height, int64_t text_tokens, int64_t timesteps);
+// Bytes of a component's tensors whose names start with one of `prefixes` (all if none), at
+// dtype_size bytes a parameter: what a family's plan counts its weights with.
+int64_t component_bytes(const Component& component, size_t dtype_size, const std::vector<std::string>& prefixes = {});
 
 // Throws an InputError with the plan, the device's memory and what to do, when the plan's peak
 // does not fit in free memory (less a margin for the CUDA context's later growth and

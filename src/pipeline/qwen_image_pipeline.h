@@ -19,29 +19,12 @@
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "pipeline/image_generator.h"
 #include "pipeline/job.h"
 
 namespace ditbatch {
 
-struct PromptEmbedding {
-  Tensor embeds;          // [L, joint_attention_dim] on the backend: the kept encoder rows
-  int64_t tokens = 0;     // L
-  int64_t available = 0;  // the prompt's encoder rows before the max_sequence_length cut (>= L)
-  int64_t uncut = 0;      // its rows had the tokenizer not cut it at 1024 either (>= available)
-};
-
-struct StageTimes {
-  double text_encoder = 0, transformer = 0, vae = 0;
-};
-
-struct GeneratedImage {
-  bool ok = false;
-  std::string error;         // why not, e.g. "NaN in the latents after step 50"
-  Tensor latents;            // host f32 [S, 64], packed, after the last step
-  std::vector<uint8_t> rgb;  // [H, W, 3] (output_type="pil")
-};
-
-class QwenImagePipeline {
+class QwenImagePipeline final : public ImageGenerator {
  public:
   // Opens the components; the text encoder, transformer and VAE load on first use, so that a
   // process can encode every prompt, release the encoder, and only then load the denoiser.
@@ -49,39 +32,32 @@ class QwenImagePipeline {
   QwenImagePipeline(Backend& backend, const WeightStore& weights, const Log& log,
                     int64_t max_sequence_length = kDefaultMaxSequenceLength,
                     std::shared_ptr<const WeightReader> reader = nullptr);
-  ~QwenImagePipeline();
+  ~QwenImagePipeline() override;
   // Every config of the file, parsed and checked against the tensors it holds (block counts,
   // the transformer's output against the VAE's input), reading no tensor: a wrong file fails
   // here, before anything is allocated for it.
   static void check_configs(const WeightStore& weights);
 
-  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr);
-  // Loading is collective under MPI (one reader per node broadcasts): every rank calls these
-  // in the same order, whether or not it has images to make.
-  void load_text_encoder();     // idempotent
-  void release_text_encoder();  // frees its weights (--offload-text-encoder)
-  // Transformer + VAE; idempotent. Without a list the transformer conditions each step; given
-  // every image this process may make (none is a list too), it computes their timesteps'
-  // conditioning while it loads and keeps no modulation weights, where that holds less memory
+  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) override;
+  void load_text_encoder() override;
+  void release_text_encoder() override;
+  // Transformer + VAE. Without a list the transformer conditions each step; given every image
+  // this process may make (none is a list too), it computes their timesteps' conditioning while
+  // it loads and keeps no modulation weights, where that holds less memory
   // (QwenImageTransformer::conditioning_at_load_pays); generate() then refuses other schedules.
-  void load_denoiser();
-  void load_denoiser(const std::vector<ImageJob>& jobs);
-
-  // Called after each step with (steps done, steps total); may throw to abandon the image.
-  using StepCallback = std::function<void(int, int)>;
+  void load_denoiser() override;
+  void load_denoiser(const std::vector<ImageJob>& jobs) override;
+  // latents: [S, 64], packed, after the last step; rgb [H, W, 3].
   GeneratedImage generate(const ImageJob& job, const PromptEmbedding& prompt, const PromptEmbedding* negative,
-                          const StepCallback& on_step, StageTimes& times);
+                          const StepCallback& on_step, StageTimes& times) override;
 
-  // Before load_denoiser(): LoRAs merged into the transformer's weights as they load (a set
-  // checked against this model by LoraSet::open), and a scheduler in place of the weight file's.
-  void use_loras(LoraSet loras);
-  void use_scheduler(const SchedulerConfig& scheduler);
-  const LoraSet& loras() const { return loras_; }
-
-  const SchedulerConfig& scheduler_config() const { return scheduler_; }
-  const SchedulerConfig& model_scheduler_config() const { return model_scheduler_; }  // the weight file's
-  int64_t max_sequence_length() const { return max_sequence_length_; }
-  Backend& backend() { return be_; }
+  void use_loras(LoraSet loras) override;
+  void use_scheduler(const SchedulerConfig& scheduler) override;
+  const LoraSet& loras() const override { return loras_; }
+  const SchedulerConfig& scheduler_config() const override { return scheduler_; }
+  const SchedulerConfig& model_scheduler_config() const override { return model_scheduler_; }
+  int64_t max_sequence_length() const override { return max_sequence_length_; }
+  Backend& backend() override { return be_; }
 
  private:
   void load_denoiser_with(const std::optional<std::vector<ImageJob>>& jobs);

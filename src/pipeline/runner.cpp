@@ -26,7 +26,7 @@ struct Abandoned {};
 // before the denoiser loads. Negative prompts (usually the one " ") are encoded once.
 class EmbeddingCache {
  public:
-  explicit EmbeddingCache(QwenImagePipeline& pipeline) : pipeline_(pipeline) {}
+  explicit EmbeddingCache(ImageGenerator& pipeline) : pipeline_(pipeline) {}
 
   void preencode(const std::vector<std::string>& texts, const Log& log) {
     Stopwatch watch;
@@ -55,14 +55,14 @@ class EmbeddingCache {
   }
 
  private:
-  QwenImagePipeline& pipeline_;
+  ImageGenerator& pipeline_;
   std::map<std::string, PromptEmbedding> host_;  // embeds on the host
   std::map<std::string, PromptEmbedding> reused_;
 };
 
 }  // namespace
 
-RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
+RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
                           const RunOptions& opt, const OutputProvenance& provenance, Progress& progress,
                           const Log& log) {
   Stopwatch run_watch;

@@ -14,7 +14,7 @@
 #include "pipeline/image_outputs.h"
 #include "pipeline/job.h"
 #include "pipeline/progress.h"
-#include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/image_generator.h"
 #include "pipeline/work_source.h"
 
 namespace ditbatch {
@@ -44,7 +44,7 @@ struct RunSummary {
   double seconds = 0;
 };
 
-RunSummary run_generation(QwenImagePipeline& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
+RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>& jobs, WorkSource& work,
                           const RunOptions& options, const OutputProvenance& provenance, Progress& progress,
                           const Log& log);
 

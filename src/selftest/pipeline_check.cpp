@@ -10,6 +10,7 @@
 #include "convert/convert.h"
 #include "io/h5.h"
 #include "convert/tiny_pipeline.h"
+#include "pipeline/image_model.h"
 
 namespace ditbatch::selftest {
 
@@ -97,7 +98,10 @@ void write_tiny_model(const std::string& path, const std::string& tokenizer_dir)
 
 std::vector<GeneratedImage> run_pipeline(Backend& be, const WeightStore& weights, const std::vector<ImageJob>& jobs,
                                          const Log& log) {
-  QwenImagePipeline pipeline(be, weights, log);
+  const std::unique_ptr<ImageModel> model = ImageModel::open(weights);
+  const std::unique_ptr<ImageGenerator> generator =
+      model->make_generator(be, log, model->default_max_sequence_length());
+  ImageGenerator& pipeline = *generator;
   std::vector<PromptEmbedding> prompts, negatives;
   for (const auto& j : jobs) {
     prompts.push_back(pipeline.encode_prompt(j.prompt));

@@ -15,7 +15,7 @@
 #include "io/h5.h"
 #include "io/weight_store.h"
 #include "pipeline/job.h"
-#include "pipeline/qwen_image_pipeline.h"
+#include "pipeline/image_generator.h"
 
 namespace ditbatch::selftest {
 

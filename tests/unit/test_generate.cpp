@@ -300,6 +300,27 @@ TEST(Generate, NanWeightFailsTheImageNotTheRun) {
   EXPECT_NE(manifest.at(1)["error"].get<std::string>().find("NaN"), std::string::npos);
 }
 
+// A weight file of a family ditbatch does not run (its pipeline class, from model_index.json) is
+// refused before anything is made, naming the class and what ditbatch runs; inspect still
+// describes it.
+TEST(Generate, AWeightFileOfAnotherFamilyIsRefusedNamingIt) {
+  TempDir dir;
+  test::rewrite_weights(test::tiny_model(), dir / "other.h5", {.root = [](const std::string& attr, std::string& value) {
+                          if (attr == "pipeline_class") value = "QwenImage21Pipeline";
+                        }});
+  auto r = test::run(fmt::format("{} generate --weights {} --out {} --width 32 --height 32 --steps 2 --prompt a",
+                                 test::exe(), dir / "other.h5", dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("other.h5: pipeline class 'QwenImage21Pipeline': ditbatch runs QwenImagePipeline"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out")) << "the output folder was made before the file was refused";
+  r = test::run(fmt::format("{} inspect {}", test::exe(), dir / "other.h5"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline_class: QwenImage21Pipeline"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(no estimate: "), std::string::npos) << r.output;
+}
+
 // A full output folder (here a 300 KB tmpfs: one 256x256 noise PNG of ~200 KB fits) stops the
 // run at the first image it cannot save, instead of spending the allocation on images that
 // all fail; a rerun with space makes the rest.

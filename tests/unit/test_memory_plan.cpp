@@ -1,4 +1,5 @@
-// The GPU memory plan checked before any weight is read (src/pipeline/memory_plan.h): its
+// The GPU memory plan checked before any weight is read (src/pipeline/memory_plan.h, Qwen-Image's
+// estimate in pipeline/qwen_image_model.h): its
 // weight bytes are exactly what the models bind (their own weight specs, an independent
 // count), and the check passes, points to --offload-text-encoder, or refuses, at the right
 // free-memory thresholds, with the numbers in the message.
@@ -10,6 +11,7 @@
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/qwen_image_model.h"
 #include "test_util.h"
 
 using namespace ditbatch;
@@ -28,7 +30,7 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {
   const WeightStore weights = WeightStore::open(test::golden_weights());
-  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40, 0);
+  const DeviceMemoryPlan plan = qwen_image_device_memory(weights, 2, 256, 192, 40, 0);
   const Component te = weights.component("text_encoder");
   EXPECT_EQ(plan.transformer,
             spec_bytes(QwenImageTransformer::weight_specs(TransformerConfig::from(weights.component("transformer").config())), 2));
@@ -37,9 +39,9 @@ TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {
             spec_bytes(QwenTextEncoder::weight_specs(TextEncoderConfig::from(te.config()), QwenTextEncoder::tensor_prefix(te)), 2));
   EXPECT_GT(plan.transformer, 0);
   // f32 weights take twice the bytes
-  EXPECT_EQ(plan_device_memory(weights, 4, 256, 192, 40, 0).transformer, 2 * plan.transformer);
+  EXPECT_EQ(qwen_image_device_memory(weights, 4, 256, 192, 40, 0).transformer, 2 * plan.transformer);
   // a larger image needs more activations, the weights stay
-  const DeviceMemoryPlan big = plan_device_memory(weights, 2, 1024, 1024, 40, 0);
+  const DeviceMemoryPlan big = qwen_image_device_memory(weights, 2, 1024, 1024, 40, 0);
   EXPECT_GT(big.denoise_activations, plan.denoise_activations);
   EXPECT_EQ(big.transformer, plan.transformer);
 }
@@ -56,15 +58,15 @@ TEST(MemoryPlan, ConditioningAtLoadReplacesTheModulationWeights) {
         s.name.rfind("time_text_embed.", 0) != 0 && s.name.rfind("norm_out.linear", 0) != 0)
       kept.push_back(s);
   const int64_t D = config.inner_dim(), L = config.num_layers;
-  const DeviceMemoryPlan plan = plan_device_memory(weights, 2, 256, 192, 40, 4);
+  const DeviceMemoryPlan plan = qwen_image_device_memory(weights, 2, 256, 192, 40, 4);
   EXPECT_EQ(plan.conditioning_timesteps, 4);
   EXPECT_EQ(plan.transformer, spec_bytes(kept, 2) + 4 * (D + 2 * L * 6 * D + 2 * D) * 4);
-  EXPECT_LT(plan.transformer, plan_device_memory(weights, 2, 256, 192, 40, 0).transformer);
+  EXPECT_LT(plan.transformer, qwen_image_device_memory(weights, 2, 256, 192, 40, 0).transformer);
   EXPECT_NE(plan.describe(false).find("4 timesteps' conditioning computed at load"), std::string::npos)
       << plan.describe(false);
-  const DeviceMemoryPlan many = plan_device_memory(weights, 2, 256, 192, 40, 100000);
+  const DeviceMemoryPlan many = qwen_image_device_memory(weights, 2, 256, 192, 40, 100000);
   EXPECT_EQ(many.conditioning_timesteps, 0);
-  EXPECT_EQ(many.transformer, plan_device_memory(weights, 2, 256, 192, 40, 0).transformer);
+  EXPECT_EQ(many.transformer, qwen_image_device_memory(weights, 2, 256, 192, 40, 0).transformer);
 }
 
 TEST(MemoryPlan, PeakWithAndWithoutOffload) {

@@ -23,8 +23,10 @@ inline const std::string& tiny_model() {
   return path;
 }
 
-// What a rewrite may change: a component's config (JSON text), a tensor, a file's bytes.
+// What a rewrite may change: a root attribute's text, a component's config (JSON text), a
+// tensor, a file's bytes.
 struct WeightEdits {
+  std::function<void(const std::string& attr, std::string& value)> root;
   std::function<void(const std::string& component, std::string& config_json)> config;
   std::function<void(const std::string& component, const std::string& name, Tensor& tensor)> tensor;
   std::function<void(const std::string& name, std::string& bytes)> file;
@@ -37,7 +39,11 @@ inline void rewrite_weights(const std::string& from, const std::string& to, cons
   const WeightStore in = WeightStore::open(from);
   WeightWriter out(to);
   for (const char* attr : {"model_name", "source", "pipeline_class", "prompt_template"})
-    if (in.root().has_attr(attr)) out.set_root_attr(attr, in.root_string(attr));
+    if (in.root().has_attr(attr)) {
+      std::string value = in.root_string(attr);
+      if (edits.root) edits.root(attr, value);
+      out.set_root_attr(attr, value);
+    }
   out.set_root_attr("prompt_template_encode_start_idx", in.root_int("prompt_template_encode_start_idx"));
   for (const std::string& name : in.components()) {
     const Component component = in.component(name);

@@ -1,0 +1,69 @@
+// The model seam, half one: a loaded pipeline of one model family, as the batch machinery (the
+// runner, the outputs, selftest, bench) drives it. Load and release its parts, encode a prompt,
+// make an image; nothing here names a model. What a weight file says before anything loads is
+// the other half (pipeline/image_model.h), which makes these.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "model/lora.h"
+#include "model/scheduler.h"
+#include "pipeline/job.h"
+
+namespace ditbatch {
+
+struct PromptEmbedding {
+  Tensor embeds;          // [L, the text encoder's width] on the backend: the kept encoder rows
+  int64_t tokens = 0;     // L
+  int64_t available = 0;  // the prompt's encoder rows before the max_sequence_length cut (>= L)
+  int64_t uncut = 0;      // its rows had the tokenizer not cut it either (>= available)
+};
+
+struct StageTimes {
+  double text_encoder = 0, transformer = 0, vae = 0;
+};
+
+struct GeneratedImage {
+  bool ok = false;
+  std::string error;         // why not, e.g. "NaN in the latents after step 50"
+  Tensor latents;            // host f32, the model's final latents as diffusers' output_type="latent" gives them
+  std::vector<uint8_t> rgb;  // [H, W, 3] (output_type="pil")
+};
+
+class ImageGenerator {
+ public:
+  virtual ~ImageGenerator() = default;
+
+  virtual PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) = 0;
+  // Loading is collective under MPI (one reader per node broadcasts): every rank calls these
+  // in the same order, whether or not it has images to make.
+  virtual void load_text_encoder() = 0;     // idempotent
+  virtual void release_text_encoder() = 0;  // frees its weights (--offload-text-encoder)
+  // The denoiser (and decoder); idempotent. Given every image this process may make (none is a
+  // list too), a family may prepare for exactly their schedules while it loads; generate() may
+  // then refuse others.
+  virtual void load_denoiser() = 0;
+  virtual void load_denoiser(const std::vector<ImageJob>& jobs) = 0;
+
+  // Called after each step with (steps done, steps total); may throw to abandon the image.
+  using StepCallback = std::function<void(int, int)>;
+  // negative: the negative prompt's embedding where the job has true CFG, else null.
+  virtual GeneratedImage generate(const ImageJob& job, const PromptEmbedding& prompt, const PromptEmbedding* negative,
+                                  const StepCallback& on_step, StageTimes& times) = 0;
+
+  // Before load_denoiser(): LoRAs merged into the denoiser's weights as they load (a set checked
+  // against this model by ImageModel::open_loras), and a scheduler in place of the weight file's.
+  virtual void use_loras(LoraSet loras) = 0;
+  virtual void use_scheduler(const SchedulerConfig& scheduler) = 0;
+  virtual const LoraSet& loras() const = 0;
+  virtual const SchedulerConfig& scheduler_config() const = 0;
+  virtual const SchedulerConfig& model_scheduler_config() const = 0;  // the weight file's
+  virtual int64_t max_sequence_length() const = 0;
+  virtual Backend& backend() = 0;
+};
+
+}  // namespace ditbatch
