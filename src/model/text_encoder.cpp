@@ -35,6 +35,11 @@ TextEncoderConfig TextEncoderConfig::from(const Config& comp) {
                comp.where(), c.num_attention_heads, c.num_key_value_heads, c.head_dim);
   if (comp.has(key("use_sliding_window")) && comp.get_bool(key("use_sliding_window")))
     fail_input("{}: use_sliding_window = true is not supported", comp.where());
+  const std::string model_type = comp.has("model_type") ? comp.get_string("model_type") : "";
+  if (model_type.rfind("qwen3", 0) == 0) {
+    c.qk_norm = true;
+    c.qkv_bias = c.o_bias = comp.has(key("attention_bias")) && comp.get_bool(key("attention_bias"));
+  }
   return c;
 }
 
@@ -48,10 +53,14 @@ void QwenTextEncoder::bind(WeightBinder& b, Backend* be, const TextEncoderConfig
     const std::string p = fmt::format("layers.{}.", i);
     Layer l;
     l.input_layernorm = bind_vector(b, be, p + "input_layernorm.weight", H, WeightInit::Gain, why);
-    l.q_proj = bind_linear(b, be, p + "self_attn.q_proj", q_dim, H, true, why);
-    l.k_proj = bind_linear(b, be, p + "self_attn.k_proj", kv_dim, H, true, why);
-    l.v_proj = bind_linear(b, be, p + "self_attn.v_proj", kv_dim, H, true, why);
-    l.o_proj = bind_linear(b, be, p + "self_attn.o_proj", H, q_dim, false, why);
+    l.q_proj = bind_linear(b, be, p + "self_attn.q_proj", q_dim, H, c.qkv_bias, why);
+    l.k_proj = bind_linear(b, be, p + "self_attn.k_proj", kv_dim, H, c.qkv_bias, why);
+    l.v_proj = bind_linear(b, be, p + "self_attn.v_proj", kv_dim, H, c.qkv_bias, why);
+    l.o_proj = bind_linear(b, be, p + "self_attn.o_proj", H, q_dim, c.o_bias, why);
+    if (c.qk_norm) {
+      l.q_norm = bind_vector(b, be, p + "self_attn.q_norm.weight", c.head_dim, WeightInit::Gain, why);
+      l.k_norm = bind_vector(b, be, p + "self_attn.k_norm.weight", c.head_dim, WeightInit::Gain, why);
+    }
     l.post_attention_layernorm = bind_vector(b, be, p + "post_attention_layernorm.weight", H, WeightInit::Gain, why);
     l.gate_proj = bind_linear(b, be, p + "mlp.gate_proj", c.intermediate_size, H, false, why);
     l.up_proj = bind_linear(b, be, p + "mlp.up_proj", c.intermediate_size, H, false, why);
@@ -65,7 +74,7 @@ std::string QwenTextEncoder::tensor_prefix(const std::function<bool(const std::s
                                            const std::string& where) {
   for (const char* prefix : {"model.language_model.", "model.", "language_model.model.", ""})
     if (has_tensor(std::string(prefix) + "embed_tokens.weight")) return prefix;
-  fail_input("{}: no embed_tokens.weight under model. or model.language_model. (is this a Qwen2.5-VL text encoder?)",
+  fail_input("{}: no embed_tokens.weight under model. or model.language_model. (is this a Qwen2.5-VL or Qwen3-VL text encoder?)",
              where);
 }
 
@@ -89,7 +98,7 @@ std::vector<WeightSpec> QwenTextEncoder::weight_specs(const TextEncoderConfig& c
   return recorder.specs;
 }
 
-Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook& hook) {
+Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook& hook, Output output) {
   const TextEncoderConfig& c = config_;
   const int64_t L = static_cast<int64_t>(ids.size()), Hq = c.num_attention_heads, Hkv = c.num_key_value_heads,
                 Dh = c.head_dim, half = Dh / 2;
@@ -121,6 +130,10 @@ Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook&
     Tensor q = l.q_proj(be_, h).view({L, Hq, Dh});
     Tensor kk = l.k_proj(be_, h).view({L, Hkv, Dh});
     Tensor v = l.v_proj(be_, h).view({L, Hkv, Dh});
+    if (c.qk_norm) {  // each head's Dh values normalised on their own: rows of [L x heads, Dh]
+      q = be_.rms_norm(q.view({L * Hq, Dh}), l.q_norm, eps).view({L, Hq, Dh});
+      kk = be_.rms_norm(kk.view({L * Hkv, Dh}), l.k_norm, eps).view({L, Hkv, Dh});
+    }
     be_.rope_neox_(q, rope_cos, rope_sin);
     be_.rope_neox_(kk, rope_cos, rope_sin);
     Tensor o = be_.attention(q, kk, v, scale, true).view({L, Hq * Dh});
@@ -129,7 +142,7 @@ Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook&
     be_.add_(x, l.down_proj(be_, be_.silu_mul(l.gate_proj(be_, m), l.up_proj(be_, m)), DType::F32));
     if (hook && k + 1 < w_.layers.size()) hook(static_cast<int64_t>(k) + 1, x);
   }
-  Tensor y = be_.rms_norm(x, w_.norm, eps);
+  Tensor y = output == Output::Normed ? be_.rms_norm(x, w_.norm, eps) : x;
   if (hook) hook(static_cast<int64_t>(w_.layers.size()), y);
   return y;
 }

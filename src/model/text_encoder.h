@@ -1,5 +1,8 @@
-// The text-only path of Qwen2.5-VL's language model, as Qwen-Image's text encoder: spec
-// text-encoder.md §3. The output is hidden_states[-1]: the last layer after the final RMSNorm.
+// The text-only path of a Qwen-VL language model: Qwen2.5-VL's, Qwen-Image's text encoder (spec
+// text-encoder.md §3), and Qwen3-VL's, Qwen-Image-2.1's (spec qwen-image-2.1.md §5.1: no
+// biases, an RMSNorm on each head of q and k before RoPE). For text the M-RoPE of both is
+// plain RoPE: its three position rows are equal. Qwen-Image reads the last layer after the
+// final RMSNorm, Qwen-Image-2.1 before it (Output).
 #pragma once
 
 #include <functional>
@@ -22,6 +25,9 @@ struct TextEncoderConfig {
   int64_t vocab_size = 152064;
   double rms_norm_eps = 1e-6;
   double rope_theta = 1000000.0;
+  // Qwen2.5-VL: q, k and v with biases, o without. Qwen3-VL: all four as attention_bias says.
+  bool qkv_bias = true, o_bias = false;
+  bool qk_norm = false;  // Qwen3-VL: q_norm and k_norm [head_dim] on each head before RoPE
   // transformers 4.x keeps the text keys at the top level, 5.x under "text_config".
   static TextEncoderConfig from(const Config& config);
   // prefix: the component's state-dict prefix (QwenTextEncoder::tensor_prefix).
@@ -48,12 +54,17 @@ class QwenTextEncoder {
 
   // Called with (k, hidden) for k = 0 (the embeddings) and after each layer k = 1..num_layers.
   using LayerHook = std::function<void(int64_t, const Tensor&)>;
-  // One sequence, positions 0..L-1, causal attention: -> [L, hidden] after the final norm.
-  Tensor encode(const std::vector<int64_t>& ids, const LayerHook& hook = nullptr);
+  // What encode returns: the last layer's output after the final norm (hidden_states[-1] of
+  // transformers 4; Qwen-Image), or before it (Qwen-Image-2.1's tap).
+  enum class Output { Normed, BeforeFinalNorm };
+  // One sequence, positions 0..L-1, causal attention: -> [L, hidden]. The hook's last call
+  // (k = num_layers) gets what is returned.
+  Tensor encode(const std::vector<int64_t>& ids, const LayerHook& hook = nullptr, Output output = Output::Normed);
 
  private:
   struct Layer {
     Tensor input_layernorm, post_attention_layernorm;
+    Tensor q_norm, k_norm;  // [head_dim], Qwen3-VL only
     Linear q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
   };
   struct Weights {

@@ -47,6 +47,7 @@ import transformers  # noqa: E402
 from diffusers import (  # noqa: E402
     AutoencoderKLQwenImage,
     FlowMatchEulerDiscreteScheduler,
+    QwenImage21Pipeline,
     QwenImagePipeline,
     QwenImageTransformer2DModel,
 )
@@ -59,7 +60,12 @@ from transformers import (  # noqa: E402
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
     Qwen2Tokenizer,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
 )
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
+from transformers.processing_utils import ProcessorMixin  # noqa: E402
 
 diffusers.utils.logging.set_verbosity_error()
 diffusers.utils.logging.disable_progress_bar()
@@ -128,7 +134,8 @@ SEED_TRANSFORMER_PARAMS = 1001
 SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
-STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora"]
+STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
+          "text_encoder_21"]
 
 
 def log(msg):
@@ -862,6 +869,125 @@ def stage_text_encoder(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: Qwen-Image-2.1's text encoder (tiny Qwen3-VL), through QwenImage21Pipeline's own
+# prompt encoding (spec qwen-image-2.1.md section 3.2): the 2.1 template, the drop index the
+# pipeline derives from the processor's chat template, the last decoder layer's output before
+# the final RMSNorm. The tiny language model's weights are in the file (weights/), under their
+# transformers names.
+
+SEED_TEXT_ENCODER_21_PARAMS = 1021
+TINY_TEXT_21_HIDDEN = 32  # the embedding table is most of the file: 4278 x 32 f32
+# Renders a text-only message as the real Qwen3-VL chat template does:
+# "<|im_start|>{role}\n{text}<|im_end|>\n". The pipeline only renders the system message with
+# it, to count the tokens it drops.
+TE21_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for c in message['content'] %}{{ c['text'] }}{% endfor %}<|im_end|>\n{% endfor %}"
+)
+
+
+def tiny_qwen3vl_processor(tokenizer):
+    """Qwen3VLProcessor over the tiny tokenizer. Text-to-image never reaches the video
+    processor, which needs torchvision (not installed, as in the spec's environment): the
+    processor's type check is waived for that argument alone."""
+    check = ProcessorMixin.check_argument_for_proper_class
+
+    def waive_video(self, name, arg):
+        if name == "video_processor" and arg is None:
+            return None
+        return check(self, name, arg)
+
+    ProcessorMixin.check_argument_for_proper_class = waive_video
+    try:
+        images = Qwen2VLImageProcessorPil(patch_size=16, temporal_patch_size=2, merge_size=2,
+                                          image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+        return Qwen3VLProcessor(image_processor=images, tokenizer=tokenizer, video_processor=None,
+                                chat_template=TE21_CHAT_TEMPLATE)
+    finally:
+        ProcessorMixin.check_argument_for_proper_class = check
+
+
+def tiny_text_encoder_21(vocab_size):
+    ids = tiny_token_ids()
+    config = Qwen3VLConfig(
+        text_config=dict(
+            vocab_size=vocab_size, hidden_size=TINY_TEXT_21_HIDDEN, intermediate_size=48, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, hidden_act="silu",
+            max_position_embeddings=4096, rms_norm_eps=1e-6, attention_bias=False, attention_dropout=0.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 1, 1],
+                             "mrope_interleaved": True},
+            pad_token_id=ids["<|endoftext|>"], dtype="float32",
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=16,
+            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=TINY_TEXT_21_HIDDEN,
+            num_position_embeddings=16, deepstack_visual_indexes=[0], dtype="float32",
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False, dtype="float32",
+    )
+    model = Qwen3VLForConditionalGeneration(config).eval().to(torch.float32)
+    reinit_params(model, SEED_TEXT_ENCODER_21_PARAMS)
+    return model
+
+
+def stage_text_encoder_21(out):
+    tmp_tok = Path(tempfile.mkdtemp(prefix="tinytok21_"))
+    try:
+        vocab_size = write_tiny_tokenizer(tmp_tok)
+        tokenizer = Qwen2Tokenizer.from_pretrained(str(tmp_tok))
+    finally:
+        shutil.rmtree(tmp_tok)
+    te = tiny_text_encoder_21(vocab_size)
+    pipe = QwenImage21Pipeline(scheduler=None, vae=None, text_encoder=te, processor=tiny_qwen3vl_processor(tokenizer),
+                               transformer=None)
+    drop = pipe._drop_idx
+    language_model = te.model.language_model
+    n_layers = te.config.text_config.num_hidden_layers
+    hidden = te.config.text_config.hidden_size
+    with h5_create(out / "text_encoder_21.h5",
+                   "tiny Qwen3-VL text encoder of Qwen-Image-2.1: hidden states and prompt_embeds") as f:
+        f.attrs["drop_idx"] = np.int64(drop)
+        f.attrs["template"] = pipe.prompt_template_t2i
+        f.attrs["config_json"] = json.dumps(te.config.to_dict(), sort_keys=True)
+        gw = f.create_group("weights")
+        for name, tensor in te.state_dict().items():
+            if name.startswith("model.language_model."):
+                put(gw, name, tensor, np.float32)
+        gp = f.create_group("prompts")
+        for i, prompt in enumerate(TE_PROMPTS):
+            text = pipe.prompt_template_t2i.format(prompt or " ")
+            ids = tokenizer([text], return_tensors="pt").input_ids
+            # The pipeline's tap: the final norm returns its input, so the last hidden state is
+            # the last decoder layer's output before it.
+            handle = language_model.norm.register_forward_hook(lambda module, args, output: args[0])
+            try:
+                o = te(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+            finally:
+                handle.remove()
+            hs = torch.stack([h[0] for h in o.hidden_states])  # [layers + 1, L, hidden]
+            if hs.shape[0] != n_layers + 1:
+                fail(f"text encoder 2.1 returned {hs.shape[0]} hidden states, expected {n_layers + 1}")
+            normed = language_model.norm(hs[-1])
+            if torch.equal(normed, hs[-1]):
+                fail("text encoder 2.1: the final norm changes nothing; the tap would not be tested")
+            pe, pm, pad = pipe.encode_prompt(prompt, device="cpu")
+            L = ids.shape[1]
+            if pm is not None or bool(pad.any()):
+                fail("encode_prompt of one text prompt returned a mask or image slots")
+            if pe.shape != (1, L - drop, hidden) or not torch.equal(pe[0], hs[-1][drop:]):
+                fail("prompt_embeds != the last layer's output before the norm, from the drop index on")
+            g = gp.create_group(f"{i:02d}")
+            g.attrs["prompt"] = prompt
+            put_text(g, "prompt_utf8", prompt)
+            put(g, "input_ids", ids[0], np.int64)
+            put(g, "hidden_states", hs, np.float32)
+            put(g, "prompt_embeds", pe[0], np.float32)
+    log(f"text_encoder_21: wrote {len(TE_PROMPTS)} prompts (drop {drop}, {n_layers} layers)")
+
+
+# ------------------------------------------------------------------------------------------
 # Stage: transformer (tiny)
 
 def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
@@ -1492,7 +1618,7 @@ def run_stages(out, stages):
     fns = {
         "tokenizer": stage_tokenizer, "scheduler": stage_scheduler, "noise": stage_noise, "tiny": stage_tiny,
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
-        "pipeline": stage_pipeline, "lora": stage_lora,
+        "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
     }
     for s in STAGES:
         if s in stages:
