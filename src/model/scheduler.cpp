@@ -70,16 +70,24 @@ double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_
 
 Schedule make_schedule(const SchedulerConfig& c, int steps, int64_t image_seq_len) {
   if (steps < 1) fail_input("steps must be at least 1, got {}", steps);
-  Schedule s;
   // np.linspace(1.0, 1/N, N) in float64: i * step + start, the last value set to stop exactly.
   const double start = 1.0, stop = 1.0 / steps;
-  std::vector<float> sigma(static_cast<size_t>(steps));
+  std::vector<double> sigmas(static_cast<size_t>(steps));
   const double step = steps > 1 ? (stop - start) / (steps - 1) : 0.0;
   for (int i = 0; i < steps; ++i) {
     double v = steps > 1 ? static_cast<double>(i) * step + start : start;
     if (i == steps - 1 && steps > 1) v = stop;
-    sigma[static_cast<size_t>(i)] = static_cast<float>(v);  // .astype(np.float32)
+    sigmas[static_cast<size_t>(i)] = v;
   }
+  return make_schedule_from_sigmas(c, sigmas, image_seq_len);
+}
+
+Schedule make_schedule_from_sigmas(const SchedulerConfig& c, const std::vector<double>& sigmas,
+                                   int64_t image_seq_len) {
+  if (sigmas.empty()) fail_input("a schedule needs at least one sigma");
+  Schedule s;
+  std::vector<float> sigma(sigmas.size());
+  for (size_t i = 0; i < sigmas.size(); ++i) sigma[i] = static_cast<float>(sigmas[i]);  // .astype(np.float32)
   // The pipeline works mu out for every config; only a dynamic shift uses it.
   s.mu = calculate_shift(image_seq_len, c.base_image_seq_len, c.max_image_seq_len, c.base_shift, c.max_shift);
   if (c.use_dynamic_shifting) {

@@ -45,5 +45,10 @@ double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_
                        double max_shift);
 // np.linspace(1, 1/N, N) -> set_timesteps(N, sigmas, mu) for an image of `image_seq_len` tokens.
 Schedule make_schedule(const SchedulerConfig& config, int steps, int64_t image_seq_len);
+// set_timesteps(sigmas=given, mu) with sigmas a pipeline gives as they are (np.float32 of them,
+// then the config's shift and stretch): Qwen-Image-2.1's sample_sigmas (its Turbo checkpoint's
+// 8-value grid); the steps are as many as the sigmas.
+Schedule make_schedule_from_sigmas(const SchedulerConfig& config, const std::vector<double>& sigmas,
+                                   int64_t image_seq_len);
 
 }  // namespace ditbatch

@@ -77,6 +77,41 @@ TEST(Scheduler, SpecReferenceValuesAt1024Squared) {
   EXPECT_GT(differs, 0);
 }
 
+// Qwen-Image-2.1's schedules as its pipeline sets them: the base checkpoint's linspace over N
+// steps with mu from the target's tokens (one per 16x16 pixels), and the Turbo checkpoint's
+// sample_sigmas used as given under its scheduler (no dynamic shift, no terminal stretch).
+TEST(Scheduler, BitExactForQwenImage21AndItsTurboGrid) {
+  h5::File f = h5::File::open_read(test::golden("scheduler_21.h5"));
+  int checked = 0;
+  for (const std::string name : {"base", "turbo"}) {
+    h5::Group gc = f.root().open_group(name);
+    const SchedulerConfig config =
+        SchedulerConfig::from(Config::parse(gc.attr_string("scheduler_config"), "scheduler_21.h5 " + name));
+    const bool grid = gc.has_attr("sample_sigmas");
+    EXPECT_EQ(grid, name == "turbo");
+    for (const std::string& steps_name : gc.members()) {
+      h5::Group gs = gc.open_group(steps_name);
+      for (const std::string& size : gs.members()) {
+        SCOPED_TRACE(fmt::format("{} {} {}", name, steps_name, size));
+        h5::Group g = gs.open_group(size);
+        const int64_t S = g.attr_int("image_seq_len");
+        const Schedule s = grid ? make_schedule_from_sigmas(config, gc.attr_doubles("sample_sigmas"), S)
+                                : make_schedule(config, std::stoi(steps_name.substr(6)), S);
+        EXPECT_EQ(s.mu, g.attr_double("mu"));
+        const Tensor sigmas = g.read_tensor("sigmas"), timesteps = g.read_tensor("timesteps");
+        ASSERT_EQ(std::ssize(s.sigmas), sigmas.numel());
+        ASSERT_EQ(std::ssize(s.timesteps), timesteps.numel());
+        for (int64_t i = 0; i < sigmas.numel(); ++i)
+          EXPECT_TRUE(same_bits(s.sigmas[static_cast<size_t>(i)], sigmas.data<float>()[i])) << "sigma " << i;
+        for (int64_t i = 0; i < timesteps.numel(); ++i)
+          EXPECT_TRUE(same_bits(s.timesteps[static_cast<size_t>(i)], timesteps.data<float>()[i])) << "timestep " << i;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 16);
+}
+
 TEST(Noise, BitExactWithTorchRandn) {
   h5::File f = h5::File::open_read(test::golden("noise.h5"));
   h5::Group cases = f.root().open_group("cases");

@@ -56,6 +56,7 @@ from diffusers.pipelines.qwenimage.pipeline_qwenimage import (  # noqa: E402
     calculate_shift,
     retrieve_timesteps,
 )
+from diffusers.pipelines.qwenimage21 import pipeline_qwenimage21  # noqa: E402
 from transformers import (  # noqa: E402
     Qwen2_5_VLConfig,
     Qwen2_5_VLForConditionalGeneration,
@@ -135,7 +136,7 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21"]
+          "text_encoder_21", "scheduler_21"]
 
 
 def log(msg):
@@ -517,6 +518,63 @@ def stage_scheduler(out):
         if f["steps_50/seq_4096"].attrs["mu"] != 0.6935483870967742:
             fail("scheduler: mu(4096) differs from the spec")
     log(f"scheduler: wrote {len(SCHED_STEPS) * len(SCHED_SEQ_LENS)} schedules ({n_nan} contain NaN: the N=1 rows)")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: Qwen-Image-2.1's schedules (spec qwen-image-2.1.md sections 3.4 and 8): its pipeline's
+# own step 4, for the base checkpoint (the linspace over N steps, mu from the target's tokens)
+# and for the Turbo checkpoint (its sample_sigmas as given, its scheduler without a dynamic
+# shift or a terminal stretch).
+
+TURBO_SAMPLE_SIGMAS = [1.0, 0.978453, 0.95418, 0.926626, 0.89508, 0.845148, 0.704534, 0.414568]
+TURBO_SCHEDULER_CONFIG = dict(SCHEDULER_CONFIG, use_dynamic_shifting=False, shift=1.0, shift_terminal=None)
+SCHED21_SIZES = [(1024, 1024), (768, 1344), (512, 512), (2048, 2048)]  # (height, width), multiples of 32
+SCHED21_STEPS = [40, 8, 1]
+
+
+def qwen21_schedule(scheduler, sample_sigmas, num_steps, height, width):
+    """QwenImage21Pipeline.__call__'s step 4 (P21:732-747), with its module's own helpers."""
+    S = (height // 16) * (width // 16)  # latents.shape[1]: one token per 16x16 pixels
+    sigmas = sample_sigmas if sample_sigmas is not None else np.linspace(1.0, 1 / num_steps, num_steps)
+    mu = pipeline_qwenimage21.calculate_shift(
+        S,
+        scheduler.config.get("base_image_seq_len", 256),
+        scheduler.config.get("max_image_seq_len", 4096),
+        scheduler.config.get("base_shift", 0.5),
+        scheduler.config.get("max_shift", 1.15),
+    )
+    timesteps, _ = pipeline_qwenimage21.retrieve_timesteps(scheduler, num_steps, "cpu", sigmas=sigmas, mu=mu)
+    return S, mu, scheduler.sigmas.clone(), timesteps.clone()
+
+
+def stage_scheduler_21(out):
+    with h5_create(out / "scheduler_21.h5", "sigmas/timesteps as QwenImage21Pipeline sets them (base and Turbo)") as f:
+        n = 0
+        for name, config, grid, steps_list in (("base", SCHEDULER_CONFIG, None, SCHED21_STEPS),
+                                               ("turbo", TURBO_SCHEDULER_CONFIG, TURBO_SAMPLE_SIGMAS, [8])):
+            sched = FlowMatchEulerDiscreteScheduler(**config)
+            gc = f.create_group(name)
+            gc.attrs["scheduler_config"] = json.dumps(config, sort_keys=True)
+            if grid is not None:
+                gc.attrs["sample_sigmas"] = np.asarray(grid, dtype=np.float64)
+            for steps in steps_list:
+                for height, width in SCHED21_SIZES:
+                    with np.errstate(invalid="ignore", divide="ignore"):  # N = 1 stretches 0 / 0 (NaN, kept)
+                        S, mu, sigmas, timesteps = qwen21_schedule(sched, grid, steps, height, width)
+                    g = gc.create_group(f"steps_{steps}/{height}x{width}")
+                    g.attrs["image_seq_len"] = np.int64(S)
+                    g.attrs["mu"] = np.float64(mu)
+                    put(g, "sigmas", sigmas, np.float32)
+                    put(g, "timesteps", timesteps, np.float32)
+                    n += 1
+        # The spec's values (section 3.4): 40 steps at 1024^2.
+        g = f["base/steps_40/1024x1024"]
+        if g.attrs["mu"] != 0.6935483870967742 or abs(float(g["sigmas"][1]) - 0.986963749) > 1e-9:
+            fail("scheduler_21: 40 steps at 1024^2 differ from qwen-image-2.1.md section 3.4")
+        turbo = f["turbo/steps_8/1024x1024/sigmas"][()]
+        if not np.array_equal(turbo[:8], np.asarray(TURBO_SAMPLE_SIGMAS, dtype=np.float32)) or turbo[8] != 0:
+            fail("scheduler_21: the Turbo grid is not used as given")
+    log(f"scheduler_21: wrote {n} schedules")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1619,6 +1677,7 @@ def run_stages(out, stages):
         "tokenizer": stage_tokenizer, "scheduler": stage_scheduler, "noise": stage_noise, "tiny": stage_tiny,
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
+        "scheduler_21": stage_scheduler_21,
     }
     for s in STAGES:
         if s in stages:
