@@ -75,18 +75,25 @@ def main():
     src = os.path.join(root, "src")
     search = [src] + [f for f in by_folder if os.path.dirname(f) != src]
 
-    def layer_of(path):
-        return by_folder.get(os.path.dirname(os.path.normpath(path)))
+    def layer_of(path):  # the layer of the nearest enclosing layer folder (a family's subfolder is its layer's)
+        folder = os.path.dirname(os.path.normpath(path))
+        while folder.startswith(root) and folder not in by_folder:
+            folder = os.path.dirname(folder)
+        return by_folder.get(folder)
+
+    def sources_of(folder):  # the folder's files and its subfolders', but not another layer's folder
+        for dirpath, dirnames, filenames in os.walk(folder):
+            dirnames[:] = sorted(d for d in dirnames if os.path.join(dirpath, d) not in by_folder)
+            for entry in sorted(filenames):
+                if entry.endswith(SOURCE_SUFFIXES):
+                    yield dirpath, os.path.join(dirpath, entry)
 
     violations, checked = [], 0
     for folder, name in sorted(by_folder.items()):
         if not os.path.isdir(folder):
             print(f"{folder}: the folder of layer {name} does not exist", file=sys.stderr)
             sys.exit(2)
-        for entry in sorted(os.listdir(folder)):
-            path = os.path.join(folder, entry)
-            if not entry.endswith(SOURCE_SUFFIXES) or not os.path.isfile(path):
-                continue
+        for directory, path in sources_of(folder):
             with open(path, errors="replace") as f:
                 for number, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
@@ -94,7 +101,7 @@ def main():
                         continue
                     checked += 1
                     target = m.group(1)
-                    candidates = [os.path.join(folder, target)] + [os.path.join(d, target) for d in search]
+                    candidates = [os.path.join(directory, target)] + [os.path.join(d, target) for d in search]
                     found = next((c for c in candidates if os.path.isfile(c)), None)
                     if found is None:
                         continue  # generated, or a third-party header written with quotes

@@ -9,8 +9,11 @@
 #include <memory>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "convert/convert.h"
 #include "io/h5.h"
+#include "model/weights.h"
 #include "pipeline/job.h"
 #include "selftest/pipeline_check.h"
 #include "test_util.h"
@@ -30,6 +33,25 @@ inline const std::string& golden_weights() {
   }
   return path;
 }
+
+// A golden file's weights/ datasets (a model's tensors under their diffusers / transformers
+// names, `prefix` in front of the names the model binds), each checked against the shape the
+// model binds it with; `bound` counts them.
+class GoldenWeights final : public WeightBinder {
+ public:
+  GoldenWeights(h5::Group group, std::string prefix = "") : group_(std::move(group)), prefix_(std::move(prefix)) {}
+  Tensor bind(const std::string& name, const Shape& shape, WeightInit, const std::string& why) override {
+    Tensor t = group_.read_tensor(prefix_ + name);
+    EXPECT_EQ(t.shape(), shape) << name << " (" << why << ")";
+    ++bound;
+    return t;
+  }
+  size_t bound = 0;
+
+ private:
+  h5::Group group_;
+  std::string prefix_;
+};
 
 // Row b of a [B, ...] tensor as its own [...] fp32 tensor.
 inline Tensor batch_row(const Tensor& t, int64_t b) {

@@ -18,23 +18,6 @@ namespace {
 
 constexpr double kNmseBound = 1e-10;
 
-// The file's weights/ datasets under their transformers names, each checked against the shape
-// the model binds it with.
-class GoldenWeights final : public WeightBinder {
- public:
-  explicit GoldenWeights(h5::Group group) : group_(std::move(group)) {}
-  Tensor bind(const std::string& name, const Shape& shape, WeightInit, const std::string& why) override {
-    Tensor t = group_.read_tensor("model.language_model." + name);
-    EXPECT_EQ(t.shape(), shape) << name << " (" << why << ")";
-    ++bound;
-    return t;
-  }
-  size_t bound = 0;
-
- private:
-  h5::Group group_;
-};
-
 std::vector<int64_t> ids_of(const Tensor& t) { return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel()); }
 
 }  // namespace
@@ -49,7 +32,7 @@ TEST(TextEncoder21Golden, HiddenStatesOfEveryLayerAndThePromptEmbedsBeforeTheFin
   EXPECT_FALSE(config.o_bias);
   EXPECT_EQ(config.rope_theta, 5e6);
   EXPECT_EQ(config.num_attention_heads / config.num_key_value_heads, 2);
-  GoldenWeights weights(f.root().open_group("weights"));
+  test::GoldenWeights weights(f.root().open_group("weights"), "model.language_model.");
   QwenTextEncoder te(be, config, weights);
   EXPECT_EQ(weights.bound, f.root().open_group("weights").members().size()) << "a tensor of the file was not bound";
 

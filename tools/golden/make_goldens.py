@@ -48,6 +48,7 @@ from diffusers import (  # noqa: E402
     AutoencoderKLQwenImage,
     FlowMatchEulerDiscreteScheduler,
     QwenImage21Pipeline,
+    QwenImage21Transformer2DModel,
     QwenImagePipeline,
     QwenImageTransformer2DModel,
 )
@@ -56,6 +57,7 @@ from diffusers.pipelines.qwenimage.pipeline_qwenimage import (  # noqa: E402
     calculate_shift,
     retrieve_timesteps,
 )
+from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVCache  # noqa: E402
 from diffusers.pipelines.qwenimage21 import pipeline_qwenimage21  # noqa: E402
 from transformers import (  # noqa: E402
     Qwen2_5_VLConfig,
@@ -129,6 +131,7 @@ TINY_TRANSFORMER_CONFIG = dict(
 TINY_VAE_BASE_DIM = 8  # 16 would make the VAE alone ~16 MB (encoder + decoder) in fp32
 TINY_TEXT_HIDDEN = 64
 TINY_TEXT_LAYERS = 2
+TINY_TEXT_21_HIDDEN = 32  # Qwen-Image-2.1's: the embedding table is most of its file, 4278 x 32 f32
 
 # Seeds of the parameter re-initialisation (one torch.Generator per component).
 SEED_TRANSFORMER_PARAMS = 1001
@@ -136,7 +139,7 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21", "scheduler_21"]
+          "text_encoder_21", "scheduler_21", "transformer_21"]
 
 
 def log(msg):
@@ -578,6 +581,74 @@ def stage_scheduler_21(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: Qwen-Image-2.1's transformer (tiny QwenImage21Transformer2DModel), text-to-image as its
+# pipeline drives it (spec qwen-image-2.1.md section 6): the joint sequence [text | target], the
+# t = 0 modulation row for text, the block-causal prefill of step 0 that fills the K/V cache
+# ("extract"), and a later step that reads it ("cached"). The weights are in the file.
+
+TINY21_TRANSFORMER_CONFIG = dict(
+    patch_size=1, in_channels=16, out_channels=16, num_layers=2, attention_head_dim=16, num_attention_heads=2,
+    context_in_dim=TINY_TEXT_21_HIDDEN, mlp_ratio=3, axes_dims_rope=(4, 6, 6), eps=1e-6, causal_condition=True,
+)
+SEED_TRANSFORMER_21_PARAMS = 1022
+# (latent height, latent width, text tokens, model time of step 0, of the cached step). Latent
+# sides are even (images are multiples of 32 pixels), so the S/4 image slots are whole.
+TRANSFORMER_21_CASES = [(4, 6, 7, 0.9375, 0.5), (2, 8, 12, 0.25, 0.03125), (6, 4, 1, 1.0, 0.75)]
+
+
+def stage_transformer_21(out):
+    model = QwenImage21Transformer2DModel(**TINY21_TRANSFORMER_CONFIG).eval()
+    reinit_params(model, SEED_TRANSFORMER_21_PARAMS, overrides={"proj_out.weight": 0.2})
+    C, D = TINY21_TRANSFORMER_CONFIG["in_channels"], TINY21_TRANSFORMER_CONFIG["context_in_dim"]
+    blocks = []  # each block's output of the current call, [rows, inner] (batch of one)
+    for block in model.transformer_blocks:
+        block.register_forward_hook(lambda module, args, output: blocks.append(output[0].clone()))
+    with h5_create(out / "transformer_21.h5",
+                   "tiny QwenImage21Transformer2DModel: prefill (K/V cache extract) and a cached step") as f:
+        f.attrs["config_json"] = json.dumps(dict(model.config), sort_keys=True, default=list)
+        gw = f.create_group("weights")
+        for name, tensor in model.state_dict().items():
+            put(gw, name, tensor, np.float32)
+        gc = f.create_group("cases")
+        for i, (h, w, L, t0, t1) in enumerate(TRANSFORMER_21_CASES):
+            S = h * w
+            gen = torch.Generator().manual_seed(300 + i)
+            embeds = torch.randn(1, L, D, generator=gen)
+            latents0 = torch.randn(1, S, C, generator=gen)
+            latents1 = torch.randn(1, S, C, generator=gen)
+            img_mask = torch.cat([torch.zeros(1, L, dtype=torch.bool), torch.ones(1, S // 4, dtype=torch.bool)], dim=1)
+            cache = QwenImage21KVCache(TINY21_TRANSFORMER_CONFIG["num_layers"])
+            kw = dict(encoder_hidden_states=embeds, img_shapes=[[(1, h, w)]], img_mask=img_mask, kv_cache=cache,
+                      return_dict=False)
+            blocks.clear()
+            out0 = model(hidden_states=latents0, timestep=torch.tensor([t0]), kv_cache_mode="extract", **kw)[0]
+            blocks0 = torch.stack(blocks)  # [layers, L + S, inner]
+            blocks.clear()
+            out1 = model(hidden_states=latents1, timestep=torch.tensor([t1]), kv_cache_mode="cached", **kw)[0]
+            blocks1 = torch.stack(blocks)  # [layers, S, inner]
+            if blocks0.shape != (TINY21_TRANSFORMER_CONFIG["num_layers"], L + S, model.inner_dim):
+                fail(f"transformer_21: block outputs {tuple(blocks0.shape)}")
+            if out0.shape != (1, L + S, C) or out1.shape != (1, S, C):
+                fail(f"transformer_21: output shapes {tuple(out0.shape)}, {tuple(out1.shape)}")
+            # The cache is exact in real arithmetic: a full prefill at t1 gives the cached step's rows closely.
+            full1 = model(hidden_states=latents1, timestep=torch.tensor([t1]), encoder_hidden_states=embeds,
+                          img_shapes=[[(1, h, w)]], img_mask=img_mask, return_dict=False)[0]
+            if not torch.allclose(full1[:, L:], out1, atol=1e-4):
+                fail("transformer_21: the cached step differs from a full prefill")
+            g = gc.create_group(f"{i:02d}")
+            g.attrs["height"], g.attrs["width"], g.attrs["text_tokens"] = np.int64(h), np.int64(w), np.int64(L)
+            g.attrs["timestep_extract"], g.attrs["timestep_cached"] = np.float32(t0), np.float32(t1)
+            put(g, "encoder_hidden_states", embeds[0], np.float32)
+            put(g, "latents_extract", latents0[0], np.float32)
+            put(g, "latents_cached", latents1[0], np.float32)
+            put(g, "blocks_extract", blocks0, np.float32)
+            put(g, "output_extract", out0[0], np.float32)
+            put(g, "blocks_cached", blocks1, np.float32)
+            put(g, "output_cached", out1[0], np.float32)
+    log(f"transformer_21: wrote {len(TRANSFORMER_21_CASES)} cases (prefill + cached step)")
+
+
+# ------------------------------------------------------------------------------------------
 # Stage: noise
 
 NOISE_CASES = [
@@ -934,7 +1005,6 @@ def stage_text_encoder(out):
 # transformers names.
 
 SEED_TEXT_ENCODER_21_PARAMS = 1021
-TINY_TEXT_21_HIDDEN = 32  # the embedding table is most of the file: 4278 x 32 f32
 # Renders a text-only message as the real Qwen3-VL chat template does:
 # "<|im_start|>{role}\n{text}<|im_end|>\n". The pipeline only renders the system message with
 # it, to count the tokens it drops.
@@ -1677,7 +1747,7 @@ def run_stages(out, stages):
         "tokenizer": stage_tokenizer, "scheduler": stage_scheduler, "noise": stage_noise, "tiny": stage_tiny,
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
-        "scheduler_21": stage_scheduler_21,
+        "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
     }
     for s in STAGES:
         if s in stages:
