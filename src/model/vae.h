@@ -7,6 +7,7 @@
 
 #include "core/backend.h"
 #include "io/weight_store.h"
+#include "model/vae_blocks.h"
 #include "model/weights.h"
 
 namespace ditbatch {
@@ -55,38 +56,21 @@ class VaeDecoder {
   Tensor run_up_block(size_t index, const Tensor& x);
 
  private:
-  struct Conv {  // a 3x3 conv as [Cout, 9*Cin] in (ky, kx, cin) order, or a 1x1 conv as [Cout, Cin]
-    Tensor weight, bias;
-  };
-  struct ResBlock {
-    Tensor norm1, norm2;  // gamma [C]
-    Conv conv1, conv2;
-    bool has_shortcut = false;
-    Conv shortcut;
-  };
   struct UpBlock {
-    std::vector<ResBlock> resnets;
+    std::vector<VaeResBlock> resnets;
     bool has_upsampler = false;
-    Conv upsample_conv;
+    VaeConv upsample_conv;
   };
   struct Weights {
-    Conv post_quant_conv, conv_in, conv_out;
-    ResBlock mid0, mid1;
-    Tensor attn_norm;
-    Conv attn_q, attn_k, attn_v, attn_proj;  // to_qkv split into its channel thirds
+    VaeTrunk trunk;
     std::vector<UpBlock> up_blocks;
-    Tensor norm_out;
   };
   static void bind(WeightBinder& binder, Backend* be, const VaeConfig& c, Weights& w);
-  Tensor rms_norm(const Tensor& x, const Tensor& gamma);  // RMS_norm: x / ||x|| * sqrt(C) * gamma, per pixel
-  Tensor residual(const ResBlock& blk, const Tensor& x);
   Tensor up_block(const UpBlock& up, Tensor x);
-  Tensor conv3x3(const Conv& conv, const Tensor& x);
-  Tensor conv1x1(const Conv& conv, const Tensor& x);
-  Tensor mid_attention(const Tensor& x);
   Tensor decode_nhwc(Tensor x);  // x [h, w, z_dim] on the backend
 
   Backend& be_;
+  VaeOps ops_;
   VaeConfig config_;
   Weights w_;
   Tensor latents_divisor_, latents_mean_;  // f32 [z_dim] on the backend: 1/std (diffusers' divisor) and mean

@@ -34,7 +34,7 @@ TEST(GoldenFiles, TotalSizeWithinBudget) {
   uintmax_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(test::golden("")))
     if (e.is_regular_file()) total += e.file_size();
-  EXPECT_LT(total, 15u * 1000 * 1000);
+  EXPECT_LT(total, 20u * 1000 * 1000);  // two families' goldens
 }
 
 TEST(GoldenFiles, TokenizerScheduleNoise) {

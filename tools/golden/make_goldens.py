@@ -46,6 +46,7 @@ import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 from diffusers import (  # noqa: E402
     AutoencoderKLQwenImage,
+    AutoencoderKLQwenImage21,
     FlowMatchEulerDiscreteScheduler,
     QwenImage21Pipeline,
     QwenImage21Transformer2DModel,
@@ -139,7 +140,7 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21", "scheduler_21", "transformer_21"]
+          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21"]
 
 
 def log(msg):
@@ -646,6 +647,62 @@ def stage_transformer_21(out):
             put(g, "blocks_cached", blocks1, np.float32)
             put(g, "output_cached", out1[0], np.float32)
     log(f"transformer_21: wrote {len(TRANSFORMER_21_CASES)} cases (prefill + cached step)")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: Qwen-Image-2.1's VAE decoder (tiny AutoencoderKLQwenImage21), as its pipeline decodes
+# (spec qwen-image-2.1.md sections 3.6 and 7.2): the packed latents unpacked by the pipeline's
+# own _unpack_latents, de-normalised z * std + mean, decoded (5 levels, the DupUp3D shortcuts,
+# 4 channels) and clamped. The weights are in the file.
+
+TINY21_VAE_CONFIG = dict(base_dim=4, decoder_base_dim=4, z_dim=16, dim_mult=[1, 2, 4, 8, 8], num_res_blocks=2,
+                         attn_scales=[], temperal_downsample=[False, True, True, True], dropout=0.0, is_residual=True,
+                         in_channels=4, out_channels=4)
+SEED_VAE_21_PARAMS = 1023
+VAE_21_CASES = [(2, 4), (4, 2)]  # latent (h, w), even as images are multiples of 32 pixels: 32x64, 64x32
+
+
+def stage_vae_21(out):
+    z_dim = TINY21_VAE_CONFIG["z_dim"]
+    g = torch.Generator().manual_seed(401)
+    # Per-channel statistics like the real ones' (mean about 0 +- 2, std about 3.5), drawn, not zero or one.
+    mean = [round(float(v), 4) for v in torch.randn(z_dim, generator=g) * 2]
+    std = [round(float(v), 4) for v in 3.5 + torch.rand(z_dim, generator=g)]
+    vae = AutoencoderKLQwenImage21(**TINY21_VAE_CONFIG, latents_mean=mean, latents_std=std).eval()
+    # conv_out's gain keeps most pixels inside (-1, 1): the clamp is exercised, not everywhere.
+    reinit_params(vae, SEED_VAE_21_PARAMS, overrides={"decoder.conv_out.weight": 1.0})
+    stages = {}
+    vae.decoder.mid_block.register_forward_hook(lambda m, a, o: stages.__setitem__("mid", o[0, :, 0].clone()))
+    for i, up in enumerate(vae.decoder.up_blocks):
+        up.register_forward_hook(lambda m, a, o, i=i: stages.__setitem__(f"up_{i}", o[0, :, 0].clone()))
+    with h5_create(out / "vae_21.h5", "tiny AutoencoderKLQwenImage21: de-normalisation and decode") as f:
+        f.attrs["config_json"] = json.dumps(dict(vae.config), sort_keys=True, default=list)
+        gw = f.create_group("weights")
+        for name, tensor in vae.state_dict().items():
+            if name.startswith(("decoder.", "post_quant_conv.")):
+                put(gw, name, tensor, np.float32)
+        gc = f.create_group("cases")
+        for i, (h, w) in enumerate(VAE_21_CASES):
+            gen = torch.Generator().manual_seed(410 + i)
+            packed = torch.randn(1, h * w, z_dim, generator=gen)  # the sampler's latents, [1, S, z_dim]
+            latents = QwenImage21Pipeline._unpack_latents(packed, 16 * h, 16 * w, 16)
+            m = torch.tensor(vae.config.latents_mean).view(1, z_dim, 1, 1, 1)
+            sd = torch.tensor(vae.config.latents_std).view(1, z_dim, 1, 1, 1)
+            z = latents * sd + m
+            stages.clear()
+            image = vae.decode(z, return_dict=False)[0][:, :, 0]  # [1, 4, 16h, 16w]
+            clamped = float((image.abs() == 1).float().mean())
+            if not 0.0 < clamped < 0.2:
+                fail(f"vae_21: {clamped:.3f} of the pixels are clamped; adjust the conv_out gain")
+            c = gc.create_group(f"{i:02d}")
+            c.attrs["height"], c.attrs["width"] = np.int64(h), np.int64(w)
+            put(c, "packed_latents", packed[0], np.float32)
+            put(c, "z", z[0, :, 0], np.float32)
+            put(c, "mid", stages["mid"], np.float32)
+            for k in range(len(vae.decoder.up_blocks)):
+                put(c, f"up_{k}", stages[f"up_{k}"], np.float32)
+            put(c, "image", image[0], np.float32)
+    log(f"vae_21: wrote {len(VAE_21_CASES)} decodes")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1748,6 +1805,7 @@ def run_stages(out, stages):
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
         "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
+        "vae_21": stage_vae_21,
     }
     for s in STAGES:
         if s in stages:
