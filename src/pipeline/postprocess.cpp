@@ -11,4 +11,25 @@ Tensor postprocess_to_rgb8(Backend& be, const Tensor& decoded) {
   return be.to_u8(x);
 }
 
+bool keep_final_latents(Backend& be, const Tensor& latents, int64_t steps, GeneratedImage& image) {
+  const int64_t bad = be.count_nonfinite(latents);
+  image.latents = be.to_host_f32(latents);
+  if (bad == 0) return true;
+  image.error = fmt::format("NaN or Inf in {} of {} latent values after {} steps (a bad weight or an overflow)", bad,
+                            latents.numel(), steps);
+  return false;
+}
+
+bool keep_decoded_image(Backend& be, const Tensor& decoded, GeneratedImage& image) {
+  const int64_t bad = be.count_nonfinite(decoded);
+  if (bad > 0) {
+    image.error = fmt::format("NaN or Inf in {} of {} values of the decoded image (VAE)", bad, decoded.numel());
+    return false;
+  }
+  const Tensor rgb = be.to_host(postprocess_to_rgb8(be, decoded));
+  image.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
+  image.ok = true;
+  return true;
+}
+
 }  // namespace ditbatch

@@ -170,27 +170,12 @@ GeneratedImage QwenImagePipeline::generate(const ImageJob& job, const PromptEmbe
     be_.axpy_(latents, schedule.dt(i), velocity);  // the scheduler's Euler step: x += dt * v
     if (on_step) on_step(i + 1, schedule.steps());
   }
-  const int64_t bad_latents = be_.count_nonfinite(latents);
-  result.latents = be_.to_host_f32(latents);
+  const bool finite = keep_final_latents(be_, latents, job.steps, result);
   times.transformer += denoise_watch.seconds();
-  if (bad_latents > 0) {
-    result.error = fmt::format("NaN or Inf in {} of {} latent values after {} steps (a bad weight or an overflow)",
-                               bad_latents, latents.numel(), job.steps);
-    return result;
-  }
-
+  if (!finite) return result;
   Stopwatch vae_watch;
-  Tensor decoded = vae_->decode_latents(latents, h, w);  // [H, W, 3] in [-1, 1]
-  const int64_t bad_pixels = be_.count_nonfinite(decoded);
-  if (bad_pixels > 0) {
-    times.vae += vae_watch.seconds();
-    result.error = fmt::format("NaN or Inf in {} of {} values of the decoded image (VAE)", bad_pixels, decoded.numel());
-    return result;
-  }
-  const Tensor rgb = be_.to_host(postprocess_to_rgb8(be_, decoded));  // on the backend
+  keep_decoded_image(be_, vae_->decode_latents(latents, h, w), result);  // decoded: [H, W, 3] in [-1, 1]
   times.vae += vae_watch.seconds();
-  result.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
-  result.ok = true;
   return result;
 }
 

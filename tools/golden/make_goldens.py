@@ -140,7 +140,7 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21"]
+          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21"]
 
 
 def log(msg):
@@ -597,16 +597,27 @@ SEED_TRANSFORMER_21_PARAMS = 1022
 TRANSFORMER_21_CASES = [(4, 6, 7, 0.9375, 0.5), (2, 8, 12, 0.25, 0.03125), (6, 4, 1, 1.0, 0.75)]
 
 
-def stage_transformer_21(out):
+def config_json(config):
+    """A diffusers model's config as JSON, without the bookkeeping keys (`_use_default_values`
+    lists names in set order: not the same from run to run)."""
+    return json.dumps({k: v for k, v in dict(config).items() if not k.startswith("_")}, sort_keys=True, default=list)
+
+
+def tiny_transformer_21():
     model = QwenImage21Transformer2DModel(**TINY21_TRANSFORMER_CONFIG).eval()
     reinit_params(model, SEED_TRANSFORMER_21_PARAMS, overrides={"proj_out.weight": 0.2})
+    return model
+
+
+def stage_transformer_21(out):
+    model = tiny_transformer_21()
     C, D = TINY21_TRANSFORMER_CONFIG["in_channels"], TINY21_TRANSFORMER_CONFIG["context_in_dim"]
     blocks = []  # each block's output of the current call, [rows, inner] (batch of one)
     for block in model.transformer_blocks:
         block.register_forward_hook(lambda module, args, output: blocks.append(output[0].clone()))
     with h5_create(out / "transformer_21.h5",
                    "tiny QwenImage21Transformer2DModel: prefill (K/V cache extract) and a cached step") as f:
-        f.attrs["config_json"] = json.dumps(dict(model.config), sort_keys=True, default=list)
+        f.attrs["config_json"] = config_json(model.config)
         gw = f.create_group("weights")
         for name, tensor in model.state_dict().items():
             put(gw, name, tensor, np.float32)
@@ -662,7 +673,7 @@ SEED_VAE_21_PARAMS = 1023
 VAE_21_CASES = [(2, 4), (4, 2)]  # latent (h, w), even as images are multiples of 32 pixels: 32x64, 64x32
 
 
-def stage_vae_21(out):
+def tiny_vae_21():
     z_dim = TINY21_VAE_CONFIG["z_dim"]
     g = torch.Generator().manual_seed(401)
     # Per-channel statistics like the real ones' (mean about 0 +- 2, std about 3.5), drawn, not zero or one.
@@ -671,12 +682,18 @@ def stage_vae_21(out):
     vae = AutoencoderKLQwenImage21(**TINY21_VAE_CONFIG, latents_mean=mean, latents_std=std).eval()
     # conv_out's gain keeps most pixels inside (-1, 1): the clamp is exercised, not everywhere.
     reinit_params(vae, SEED_VAE_21_PARAMS, overrides={"decoder.conv_out.weight": 1.0})
+    return vae
+
+
+def stage_vae_21(out):
+    z_dim = TINY21_VAE_CONFIG["z_dim"]
+    vae = tiny_vae_21()
     stages = {}
     vae.decoder.mid_block.register_forward_hook(lambda m, a, o: stages.__setitem__("mid", o[0, :, 0].clone()))
     for i, up in enumerate(vae.decoder.up_blocks):
         up.register_forward_hook(lambda m, a, o, i=i: stages.__setitem__(f"up_{i}", o[0, :, 0].clone()))
     with h5_create(out / "vae_21.h5", "tiny AutoencoderKLQwenImage21: de-normalisation and decode") as f:
-        f.attrs["config_json"] = json.dumps(dict(vae.config), sort_keys=True, default=list)
+        f.attrs["config_json"] = config_json(vae.config)
         gw = f.create_group("weights")
         for name, tensor in vae.state_dict().items():
             if name.startswith(("decoder.", "post_quant_conv.")):
@@ -703,6 +720,66 @@ def stage_vae_21(out):
                 put(c, f"up_{k}", stages[f"up_{k}"], np.float32)
             put(c, "image", image[0], np.float32)
     log(f"vae_21: wrote {len(VAE_21_CASES)} decodes")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: the whole tiny QwenImage21Pipeline, text to image (spec qwen-image-2.1.md section 3): the
+# components of text_encoder_21.h5, transformer_21.h5 and vae_21.h5 (the same builders and
+# seeds), the 2.1 scheduler, called as a user calls it. Per case: the prompt embeddings, the
+# initial noise, the final latents and the RGBA image diffusers saves.
+
+PIPELINE_21_CASES = [
+    # (prompt, negative prompt, height, width, steps, true_cfg_scale, seed, turbo)
+    ("a red fox in the snow", None, 32, 64, 3, 1.0, 7, False),
+    ("東京の夜景 🌃, neon signs say \"OPEN\"", " ", 64, 32, 2, 2.5, 2**40 + 3, False),
+    ("A cat holding a sign that says hello world", None, 32, 32, 8, 1.0, 0, True),
+]
+
+
+def stage_pipeline_21(out):
+    tokenizer = tiny_tokenizer()
+    components = dict(text_encoder=tiny_text_encoder_21(len(tokenizer)), processor=tiny_qwen3vl_processor(tokenizer),
+                      transformer=tiny_transformer_21(), vae=tiny_vae_21())
+    with h5_create(out / "pipeline_21.h5", "tiny QwenImage21Pipeline: text to image, base and Turbo") as f:
+        f.attrs["scheduler_config"] = json.dumps(SCHEDULER_CONFIG, sort_keys=True)
+        f.attrs["turbo_scheduler_config"] = json.dumps(TURBO_SCHEDULER_CONFIG, sort_keys=True)
+        f.attrs["turbo_sample_sigmas"] = np.asarray(TURBO_SAMPLE_SIGMAS, dtype=np.float64)
+        gc = f.create_group("cases")
+        for i, (prompt, negative, height, width, steps, cfg, seed, turbo) in enumerate(PIPELINE_21_CASES):
+            scheduler = FlowMatchEulerDiscreteScheduler(**(TURBO_SCHEDULER_CONFIG if turbo else SCHEDULER_CONFIG))
+            pipe = QwenImage21Pipeline(scheduler=scheduler, sample_sigmas=TURBO_SAMPLE_SIGMAS if turbo else None,
+                                       **components)
+            pipe.set_progress_bar_config(disable=True)
+            noise = {}
+
+            def prepare(*a, _orig=pipe.prepare_latents, **k):
+                result = _orig(*a, **k)
+                noise["latents"] = result[0].clone() if isinstance(result, tuple) else result.clone()
+                return result
+
+            pipe.prepare_latents = prepare
+            kw = dict(prompt=prompt, negative_prompt=negative, height=height, width=width, num_inference_steps=steps,
+                      true_cfg_scale=cfg)
+            latents = pipe(**kw, generator=torch.Generator().manual_seed(seed), output_type="latent").images
+            image = pipe(**kw, generator=torch.Generator().manual_seed(seed), output_type="pil").images[0]
+            rgba = np.asarray(image)
+            if image.mode != "RGBA" or rgba.shape != (height, width, 4):
+                fail(f"pipeline_21: case {i} gave a {image.mode} image of shape {rgba.shape}")
+            embeds = pipe.encode_prompt(prompt, device="cpu")[0]
+            g = gc.create_group(f"{i:02d}")
+            g.attrs["prompt"] = prompt
+            g.attrs["negative_prompt"] = negative if negative is not None else ""
+            g.attrs["height"], g.attrs["width"], g.attrs["steps"] = np.int64(height), np.int64(width), np.int64(steps)
+            g.attrs["true_cfg_scale"] = np.float64(cfg)
+            g.attrs["seed"] = np.uint64(seed)
+            g.attrs["turbo"] = np.int64(turbo)
+            put(g, "prompt_embeds", embeds[0], np.float32)
+            if negative is not None:
+                put(g, "negative_prompt_embeds", pipe.encode_prompt(negative, device="cpu")[0][0], np.float32)
+            put(g, "initial_latents", noise["latents"][0], np.float32)
+            put(g, "latents", latents[0], np.float32)
+            put(g, "image_uint8", rgba, np.uint8)
+    log(f"pipeline_21: wrote {len(PIPELINE_21_CASES)} images")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1117,14 +1194,18 @@ def tiny_text_encoder_21(vocab_size):
     return model
 
 
-def stage_text_encoder_21(out):
+def tiny_tokenizer():
     tmp_tok = Path(tempfile.mkdtemp(prefix="tinytok21_"))
     try:
-        vocab_size = write_tiny_tokenizer(tmp_tok)
-        tokenizer = Qwen2Tokenizer.from_pretrained(str(tmp_tok))
+        write_tiny_tokenizer(tmp_tok)
+        return Qwen2Tokenizer.from_pretrained(str(tmp_tok))
     finally:
         shutil.rmtree(tmp_tok)
-    te = tiny_text_encoder_21(vocab_size)
+
+
+def stage_text_encoder_21(out):
+    tokenizer = tiny_tokenizer()
+    te = tiny_text_encoder_21(len(tokenizer))
     pipe = QwenImage21Pipeline(scheduler=None, vae=None, text_encoder=te, processor=tiny_qwen3vl_processor(tokenizer),
                                transformer=None)
     drop = pipe._drop_idx
@@ -1805,7 +1886,7 @@ def run_stages(out, stages):
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
         "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
-        "vae_21": stage_vae_21,
+        "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21,
     }
     for s in STAGES:
         if s in stages:
