@@ -18,11 +18,14 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include "cpu/cpu_backend.h"
 #include "cuda_test_util.h"
 #include "golden.h"
+#include "io/config.h"
 #include "io/h5.h"
 #include "model/noise.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "model/qwen_image_21/transformer.h"
+#include "model/qwen_image_21/vae.h"
 #include "pipeline/qwen_image_pipeline.h"
 
 using namespace ditbatch;
@@ -229,6 +232,87 @@ TEST_P(CudaGolden, WholePipeline) {
   }
   metric(fmt::format("golden.{}.pipeline.worst_latents_nmse", dtype_name(act)), worst_nmse);
   metric(fmt::format("golden.{}.pipeline.worst_image_psnr_db", dtype_name(act)), worst_psnr);
+}
+
+// ---- Qwen-Image-2.1: its tiny models from the golden files' weights (tools/golden, *_21) ----
+
+namespace {
+
+Config config_attr(const h5::File& f, const char* where) { return Config::parse(f.root().attr_string("config_json"), where); }
+
+}  // namespace
+
+TEST_P(CudaGolden, TextEncoder21) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  h5::File f = h5::File::open_read(test::golden("text_encoder_21.h5"));
+  QwenTextEncoder te(*be, TextEncoderConfig::from(config_attr(f, "text_encoder_21.h5")),
+                     test::GoldenWeights(f.root().open_group("weights"), "model.language_model."));
+  const int64_t drop = f.root().attr_int("drop_idx");
+  double worst = 0;
+  h5::Group prompts = f.root().open_group("prompts");
+  for (const auto& name : prompts.members()) {
+    h5::Group g = prompts.open_group(name);
+    const Tensor ids_t = g.read_tensor("input_ids");
+    const std::vector<int64_t> ids(ids_t.data<int64_t>(), ids_t.data<int64_t>() + ids_t.numel());
+    const Tensor out = be->to_host_f32(te.encode(ids, nullptr, QwenTextEncoder::Output::BeforeFinalNorm));
+    const double err = test::nmse(out.slice0(drop, std::ssize(ids)), g.read_tensor("prompt_embeds"));
+    worst = std::max(worst, err);
+    EXPECT_LE(err, component_bound(act)) << "prompt " << name;
+  }
+  metric(fmt::format("golden.{}.text_encoder_21.worst_nmse", dtype_name(act)), worst);
+}
+
+TEST_P(CudaGolden, Transformer21) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  h5::File f = h5::File::open_read(test::golden("transformer_21.h5"));
+  QwenImage21Transformer model(*be, Transformer21Config::from(config_attr(f, "transformer_21.h5")),
+                               test::GoldenWeights(f.root().open_group("weights")));
+  double worst = 0;
+  h5::Group cases = f.root().open_group("cases");
+  for (const auto& name : cases.members()) {
+    h5::Group g = cases.open_group(name);
+    const int64_t h = g.attr_int("height"), w = g.attr_int("width"), L = g.attr_int("text_tokens");
+    const Tensor text = be->upload(g.read_tensor("encoder_hidden_states"), DType::F32);
+    Transformer21Cache cache;
+    const Tensor first = be->to_host_f32(model.forward(be->upload(g.read_tensor("latents_extract"), DType::F32), &text,
+                                                       static_cast<float>(g.attr_double("timestep_extract")), h, w,
+                                                       cache));
+    const Tensor later = be->to_host_f32(model.forward(be->upload(g.read_tensor("latents_cached"), DType::F32), nullptr,
+                                                       static_cast<float>(g.attr_double("timestep_cached")), h, w,
+                                                       cache));
+    for (const double err : {test::nmse(first, g.read_tensor("output_extract").slice0(L, L + h * w)),
+                             test::nmse(later, g.read_tensor("output_cached"))}) {
+      worst = std::max(worst, err);
+      EXPECT_LE(err, component_bound(act)) << "case " << name;
+    }
+  }
+  metric(fmt::format("golden.{}.transformer_21.worst_nmse", dtype_name(act)), worst);
+}
+
+TEST_P(CudaGolden, Vae21) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  h5::File f = h5::File::open_read(test::golden("vae_21.h5"));
+  QwenImage21VaeDecoder vae(*be, Vae21Config::from(config_attr(f, "vae_21.h5")),
+                            test::GoldenWeights(f.root().open_group("weights")));
+  CpuBackend cpu;
+  double worst = 0;
+  h5::Group cases = f.root().open_group("cases");
+  for (const auto& name : cases.members()) {
+    h5::Group g = cases.open_group(name);
+    const int64_t h = g.attr_int("height"), w = g.attr_int("width");
+    const Tensor image =
+        be->to_host_f32(vae.decode_latents(be->upload(g.read_tensor("packed_latents"), DType::F32), h, w));
+    const double err = test::nmse(image, cpu.permute(g.read_tensor("image"), {1, 2, 0}));  // [4, H, W] -> NHWC
+    worst = std::max(worst, err);
+    EXPECT_LE(err, component_bound(act)) << "case " << name;
+  }
+  metric(fmt::format("golden.{}.vae_21.worst_nmse", dtype_name(act)), worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaGolden, ::testing::Values(DType::F32, DType::BF16), mode_name);
