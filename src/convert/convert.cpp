@@ -12,6 +12,9 @@
 #include "core/timer.h"
 #include "io/safetensors.h"
 #include "io/weight_store.h"
+#include "model/qwen_image_21/constants.h"
+#include "model/qwen_image_21/transformer.h"
+#include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
 #include "model/text_encoder.h"
 #include "model/tokenizer.h"
@@ -41,11 +44,35 @@ struct ModelComponent {
   SafetensorsSet tensors;
 };
 
+// The pipeline classes convert reads: the folder their tokenizer is in and the prompt template
+// the file records (the pipelines fix it in code).
+struct FolderFamily {
+  const char* pipeline_class;
+  const char* models;
+  const char* tokenizer_folder;
+  const char* prompt_template;
+};
+constexpr FolderFamily kFolderFamilies[] = {
+    {"QwenImagePipeline", "Qwen-Image, Qwen-Image-2512", "tokenizer", kQwenImagePromptTemplate},
+    {"QwenImage21Pipeline", "Qwen-Image-2.1", "processor", kQwenImage21PromptTemplate},
+};
+
+const FolderFamily& folder_family(const std::string& pipeline_class, const std::string& folder) {
+  for (const FolderFamily& f : kFolderFamilies)
+    if (pipeline_class == f.pipeline_class) return f;
+  // Another family's folder (Qwen-Image-Edit, ...) has other components and tensors: refused
+  // here, not converted into a file that fails later.
+  std::string known;
+  for (const FolderFamily& f : kFolderFamilies)
+    known += fmt::format("{}{} ({})", known.empty() ? "" : ", ", f.pipeline_class, f.models);
+  fail_input("{}/model_index.json: _class_name '{}': ditbatch converts {} folders", folder, pipeline_class, known);
+}
+
 }  // namespace
 
 void check_component_tensors(const std::string& component, const std::string& config_path,
                              const std::string& config_json, const SafetensorsSet& tensors,
-                             const std::string& folder) {
+                             const std::string& folder, const std::string& pipeline_class) {
   for (const auto& item : tensors.items()) {
     DType t = item.entry->dtype;
     if (!is_float(t) && !(component == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name)))
@@ -60,10 +87,19 @@ void check_component_tensors(const std::string& component, const std::string& co
   const std::string where = folder + "/" + component;
   // Block counts first: the spec lists below hold one entry per tensor the config implies.
   std::vector<WeightSpec> specs;
-  if (component == "transformer") {
+  const bool v21 = pipeline_class == "QwenImage21Pipeline";
+  if (component == "transformer" && v21) {
+    const Transformer21Config c = Transformer21Config::from(config);
+    check_block_counts(c.block_counts(), names, where);
+    specs = QwenImage21Transformer::weight_specs(c);
+  } else if (component == "transformer") {
     const TransformerConfig c = TransformerConfig::from(config);
     check_block_counts(c.block_counts(), names, where);
     specs = QwenImageTransformer::weight_specs(c);
+  } else if (component == "vae" && v21) {
+    const Vae21Config c = Vae21Config::from(config);
+    check_block_counts(c.block_counts(), names, where);
+    specs = QwenImage21VaeDecoder::weight_specs(c);
   } else if (component == "vae") {
     const VaeConfig c = VaeConfig::from(config);
     check_block_counts(c.block_counts(), names, where);
@@ -89,10 +125,11 @@ void check_component_tensors(const std::string& component, const std::string& co
                  spec.why.empty() ? "" : " from ", spec.why);
   }
   if (!missing.empty())
-    fail_input("{}/{}: {} of the {} tensors the model reads are missing: {}{} (is this a complete Qwen-Image {}?)",
+    fail_input("{}/{}: {} of the {} tensors the model reads are missing: {}{} (is this a complete {} {}?)",
                folder, component, missing.size(), specs.size(),
                fmt::join(missing.begin(), missing.begin() + std::min<size_t>(missing.size(), 5), ", "),
-               missing.size() > 5 ? fmt::format(" and {} more", missing.size() - 5) : "", component);
+               missing.size() > 5 ? fmt::format(" and {} more", missing.size() - 5) : "",
+               v21 ? "Qwen-Image-2.1" : "Qwen-Image", component);
 }
 
 namespace {
@@ -136,12 +173,16 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   // ---- validate everything first: nothing is written for a folder that cannot convert ----
   nlohmann::json index = parse_json_file((root / "model_index.json").string());
   const std::string pipeline_class = index.value("_class_name", "");
-  // Another family's folder (Qwen-Image-2.1, Edit) has other components and tensors: refused
-  // here, not converted into a file that fails later.
-  if (pipeline_class != "QwenImagePipeline")
-    fail_input("{}/model_index.json: _class_name '{}': ditbatch converts QwenImagePipeline folders (Qwen-Image, "
-               "Qwen-Image-2512)",
-               opt.from, pipeline_class);
+  const FolderFamily& family = folder_family(pipeline_class, opt.from);
+  // Qwen-Image-2.1 Turbo's fixed sigma grid (null in the base checkpoint): kept as given.
+  std::string sample_sigmas;
+  if (index.contains("sample_sigmas") && !index["sample_sigmas"].is_null()) {
+    const nlohmann::json& grid = index["sample_sigmas"];
+    if (!grid.is_array() || grid.empty() ||
+        !std::all_of(grid.begin(), grid.end(), [](const nlohmann::json& v) { return v.is_number(); }))
+      fail_input("{}/model_index.json: sample_sigmas {}: expected null or a list of numbers", opt.from, grid.dump());
+    sample_sigmas = grid.dump();
+  }
   std::vector<ModelComponent> models;
   for (const char* name : {"transformer", "text_encoder", "vae"}) {
     ModelComponent m;
@@ -150,13 +191,13 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     parse_json_file(m.config_path);
     m.config_json = read_file(m.config_path);
     m.tensors = SafetensorsSet::open_dir((root / name).string());
-    check_component_tensors(m.name, m.config_path, m.config_json, m.tensors, opt.from);
+    check_component_tensors(m.name, m.config_path, m.config_json, m.tensors, opt.from, pipeline_class);
     models.push_back(std::move(m));
   }
   const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();
   parse_json_file(scheduler_config_path);
-  const fs::path tokenizer_dir = root / "tokenizer";
-  if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the tokenizer/ folder", opt.from);
+  const fs::path tokenizer_dir = root / family.tokenizer_folder;
+  if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the {}/ folder", opt.from, family.tokenizer_folder);
   TokenizerFiles tokenizer_files;  // read once: what is checked is what is written
   for (const auto& e : fs::directory_iterator(tokenizer_dir))
     if (e.is_regular_file()) tokenizer_files[e.path().filename().string()] = read_file(e.path().string());
@@ -164,7 +205,12 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
                    (tokenizer_files.count("vocab.json") && tokenizer_files.count("merges.txt"));
   if (!has_vocab) fail_input("{}: needs vocab.json + merges.txt (or tokenizer.json)", tokenizer_dir.string());
   // Loaded as generate will load it: an empty or cut merges.txt, an empty tokenizer.json fail now.
-  Tokenizer::from_files(tokenizer_files, tokenizer_dir.string());
+  Tokenizer tokenizer = Tokenizer::from_files(tokenizer_files, tokenizer_dir.string());
+  // The leading tokens the pipeline drops: Qwen-Image's fixed 34; Qwen-Image-2.1 counts its
+  // system turn's tokens with the folder's own tokenizer.
+  const int64_t drop_idx = pipeline_class == "QwenImage21Pipeline"
+                               ? std::ssize(tokenizer.encode(qwen_image_21_system_turn()))
+                               : int64_t{kQwenImageDropIdx};
 
   std::vector<std::string> inputs = {(root / "model_index.json").string(), scheduler_config_path};
   for (const auto& m : models) {
@@ -207,8 +253,9 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   writer.set_root_attr("model_name", model_name);
   writer.set_root_attr("source", fs::absolute(root).lexically_normal().string());
   writer.set_root_attr("pipeline_class", pipeline_class);
-  writer.set_root_attr("prompt_template", std::string(kQwenImagePromptTemplate));
-  writer.set_root_attr("prompt_template_encode_start_idx", static_cast<int64_t>(kQwenImageDropIdx));
+  writer.set_root_attr("prompt_template", std::string(family.prompt_template));
+  writer.set_root_attr("prompt_template_encode_start_idx", drop_idx);
+  if (!sample_sigmas.empty()) writer.set_root_attr("sample_sigmas", sample_sigmas);
 
   Stopwatch since_report;
   std::vector<char> converted;

@@ -31,12 +31,13 @@ ConvertStats convert_diffusers(const ConvertOptions& options, const Log& log);
 class SafetensorsSet;
 
 // Every tensor a model reads from one component of a diffusers folder ("transformer",
-// "text_encoder" or "vae"), by name, shape and dtype, against what its config.json makes the
-// model bind: a missing or misshapen tensor (another model, a truncated download, a wrong
-// variant) fails here, in seconds, not after the conversion or when `generate` loads the file.
+// "text_encoder" or "vae") of a pipeline class, by name, shape and dtype, against what its
+// config.json makes that family's model bind: a missing or misshapen tensor (another model, a
+// truncated download, a wrong variant, a component of another family) fails here, in seconds,
+// not after the conversion or when `generate` loads the file.
 void check_component_tensors(const std::string& component, const std::string& config_path,
                              const std::string& config_json, const SafetensorsSet& tensors,
-                             const std::string& folder);
+                             const std::string& folder, const std::string& pipeline_class = "QwenImagePipeline");
 
 // A weight file to write (checked before any work): a regular file or nothing (not a folder,
 // a device, a FIFO, or a link to one), in a folder that exists, and none of `inputs` (the same

@@ -8,9 +8,14 @@
 #include <map>
 
 #include "convert/convert.h"
+#include "cpu/cpu_backend.h"
 #include "io/diffusers_export.h"
+#include "io/h5.h"
 #include "io/safetensors.h"
 #include "io/weight_store.h"
+#include "model/qwen_image_21/constants.h"
+#include "model/scheduler.h"
+#include "pipeline/qwen_image_21_sampler.h"
 #include "test_util.h"
 
 using namespace ditbatch;
@@ -281,12 +286,14 @@ TEST(Convert, BadInputFailsBeforeWritingAnything) {
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename(), "pipe") << "left behind: " << e.path();
 
-  // Another family's folder: refused naming its class and what convert reads.
+  // A family convert does not read: refused naming its class and what convert reads.
   write_pipeline(dir / "pipe");
-  test::write_text(dir / "pipe/model_index.json", R"({"_class_name": "QwenImage21Pipeline", "_diffusers_version": "0.42.1"})");
+  test::write_text(dir / "pipe/model_index.json",
+                   R"({"_class_name": "QwenImageEditPlusPipeline", "_diffusers_version": "0.42.1"})");
   r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "out.h5"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("model_index.json: _class_name 'QwenImage21Pipeline': ditbatch converts QwenImagePipeline "
+  EXPECT_NE(r.output.find("model_index.json: _class_name 'QwenImageEditPlusPipeline': ditbatch converts "
+                          "QwenImagePipeline (Qwen-Image, Qwen-Image-2512), QwenImage21Pipeline (Qwen-Image-2.1) "
                           "folders"),
             std::string::npos)
       << r.output;
@@ -328,4 +335,74 @@ TEST(MakeTiny, DeterministicPerSeed) {
   EXPECT_EQ(a.component("transformer").config().get_int("num_layers"), 2);
   EXPECT_EQ(a.component("tokenizer").file_bytes("merges.txt"),
             test::read_text(std::string(DITBATCH_SOURCE_DIR) + "/weights/tokenizer/merges.txt"));
+}
+
+// A QwenImage21Pipeline folder as diffusers saves it (tests/data/golden/tiny-pipeline-21, the
+// tokenizer in processor/) converts into a file whose components the 2.1 models load and that
+// makes diffusers' image: through QwenImage21Sampler, with the template and the drop index the
+// file records, against pipeline_21.h5. Its components are checked against the 2.1 models (a
+// Qwen-Image VAE in a 2.1 folder is refused, naming the tensors). generate does not run 2.1
+// files yet, and says so.
+TEST(Convert, AQwenImage21FolderConvertsIntoWhatItsModelsLoad) {
+  TempDir dir;
+  fs::copy(test::golden("tiny-pipeline-21"), dir / "pipe", fs::copy_options::recursive);
+  auto r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "v21.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const WeightStore store = WeightStore::open(dir / "v21.h5");
+  EXPECT_EQ(store.root_string("pipeline_class"), "QwenImage21Pipeline");
+  EXPECT_EQ(store.root_string("prompt_template"), kQwenImage21PromptTemplate);
+  const h5::File te_golden = h5::File::open_read(test::golden("text_encoder_21.h5"));
+  EXPECT_EQ(store.root_int("prompt_template_encode_start_idx"), te_golden.root().attr_int("drop_idx"));
+  EXPECT_FALSE(store.root().has_attr("sample_sigmas"));  // null in the base checkpoint
+
+  CpuBackend be;
+  const Component te = store.component("text_encoder"), dit = store.component("transformer"),
+                  vae = store.component("vae");
+  QwenTextEncoder text_encoder(be, TextEncoderConfig::from(te.config()),
+                               ComponentLoader(te, QwenTextEncoder::tensor_prefix(te)));
+  EXPECT_TRUE(text_encoder.config().qk_norm);
+  QwenImage21Transformer transformer(be, Transformer21Config::from(dit.config()), ComponentLoader(dit));
+  QwenImage21VaeDecoder decoder(be, Vae21Config::from(vae.config()), ComponentLoader(vae));
+  Tokenizer tokenizer = Tokenizer::from_weights(store);
+  QwenImage21Sampler sampler(be, tokenizer, store.root_string("prompt_template"),
+                             store.root_int("prompt_template_encode_start_idx"), text_encoder, transformer, decoder);
+  const h5::File golden = h5::File::open_read(test::golden("pipeline_21.h5"));
+  const h5::Group g = golden.root().open_group("cases").open_group("00");  // no CFG, 32x64
+  ImageJob job;
+  job.prompt = g.attr_string("prompt");
+  job.width = g.attr_int("width");
+  job.height = g.attr_int("height");
+  job.steps = g.attr_int("steps");
+  job.seed = static_cast<uint64_t>(g.attr_int("seed"));
+  const Schedule schedule = make_schedule(SchedulerConfig::from(store.component("scheduler").config()),
+                                          static_cast<int>(job.steps), (job.height / 16) * (job.width / 16));
+  StageTimes times;
+  const GeneratedImage image = sampler.generate(job, schedule, sampler.encode_prompt(job.prompt), nullptr, nullptr, times);
+  ASSERT_TRUE(image.ok) << image.error;
+  EXPECT_LE(test::nmse(image.latents, g.read_tensor("latents")), 1e-9);
+
+  // Turbo's sigma grid is kept as model_index.json gives it.
+  nlohmann::json index = nlohmann::json::parse(test::read_text(dir / "pipe/model_index.json"));
+  index["sample_sigmas"] = {1.0, 0.978453, 0.414568};
+  test::write_text(dir / "pipe/model_index.json", index.dump());
+  r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "turbo.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(WeightStore::open(dir / "turbo.h5").root_string("sample_sigmas")),
+            index["sample_sigmas"]);
+
+  // A component of the other family: refused before anything is written, naming the tensors.
+  fs::remove_all(dir / "pipe/vae");
+  fs::copy(test::golden("tiny-pipeline/vae"), dir / "pipe/vae", fs::copy_options::recursive);
+  r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "mixed.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("pipe/vae/diffusion_pytorch_model.safetensors: tensor 'post_quant_conv.weight' has shape "
+                          "[16, 16, 1, 1, 1], but vae/config.json makes the model expect [16, 16, 1, 1]"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "mixed.h5"));
+
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt a", test::exe(), dir / "v21.h5", dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("pipeline class 'QwenImage21Pipeline': ditbatch runs QwenImagePipeline"), std::string::npos)
+      << r.output;
 }

@@ -140,7 +140,7 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21"]
+          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21"]
 
 
 def log(msg):
@@ -780,6 +780,51 @@ def stage_pipeline_21(out):
             put(g, "latents", latents[0], np.float32)
             put(g, "image_uint8", rgba, np.uint8)
     log(f"pipeline_21: wrote {len(PIPELINE_21_CASES)} images")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: the tiny QwenImage21Pipeline as a diffusers folder (tests/data/golden/tiny-pipeline-21):
+# what `ditbatch convert` reads. The components of pipeline_21.h5, saved by save_pretrained,
+# and processor/ laid out by hand: transformers cannot save a Qwen3VLProcessor without its video
+# processor (torchvision), so processor/ holds what the text path reads, the tiny tokenizer's
+# files in the real Qwen-Image tokenizer's layout and the chat template.
+
+def stage_tiny_21(out):
+    dst = out / "tiny-pipeline-21"
+    tokenizer = tiny_tokenizer()
+    processor = tiny_qwen3vl_processor(tokenizer)
+    components = dict(text_encoder=tiny_text_encoder_21(len(tokenizer)), transformer=tiny_transformer_21(),
+                      vae=tiny_vae_21(), scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER_CONFIG))
+
+    def save_processor(directory, **kwargs):
+        path = Path(directory)
+        write_tiny_tokenizer(path)
+        (path / "chat_template.jinja").write_text(TE21_CHAT_TEMPLATE, encoding="utf-8")
+
+    processor.save_pretrained = save_processor
+    pipe = QwenImage21Pipeline(processor=processor, **components)
+    if dst.exists():
+        shutil.rmtree(dst)
+    pipe.save_pretrained(str(dst), safe_serialization=True)
+    for p in dst.rglob("*.json"):  # where things were loaded from: not deterministic, not meaningful
+        data = json.loads(p.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "_name_or_path" in data:
+            data.pop("_name_or_path")
+            p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    for p in dst.rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    index = json.loads((dst / "model_index.json").read_text(encoding="utf-8"))
+    if index.get("_class_name") != "QwenImage21Pipeline" or index.get("processor", [None])[-1] != "Qwen3VLProcessor":
+        fail(f"tiny_21: model_index.json is {index}")
+    # The folder loads back as the pipeline of pipeline_21.h5: every tensor equal.
+    for name in ("transformer", "vae", "text_encoder"):
+        cls = type(components[name])
+        loaded = cls.from_pretrained(str(dst / name), torch_dtype=torch.float32)
+        a, b = components[name].state_dict(), loaded.state_dict()
+        if set(a) != set(b) or any(not torch.equal(a[k], b[k]) for k in a):
+            fail(f"tiny_21: {name} differs after save and reload")
+    size = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
+    log(f"tiny_21: saved the tiny 2.1 pipeline to {dst} ({size / 1e6:.2f} MB)")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1861,14 +1906,15 @@ def verify(out, stages):
             for x in d[:20]:
                 log("    " + x)
             bad += bool(d)
-        tp = tmp / "tiny-pipeline"
-        if tp.exists():
-            for p in sorted(x for x in tp.rglob("*") if x.is_file()):
-                ref = out / "tiny-pipeline" / p.relative_to(tp)
-                if not ref.exists() or ref.read_bytes() != p.read_bytes():
-                    log(f"verify: tiny-pipeline/{p.relative_to(tp)} differs")
-                    bad += 1
-            log("verify: tiny-pipeline compared file by file")
+        for folder in ("tiny-pipeline", "tiny-pipeline-21"):
+            tp = tmp / folder
+            if tp.exists():
+                for p in sorted(x for x in tp.rglob("*") if x.is_file()):
+                    ref = out / folder / p.relative_to(tp)
+                    if not ref.exists() or ref.read_bytes() != p.read_bytes():
+                        log(f"verify: {folder}/{p.relative_to(tp)} differs")
+                        bad += 1
+                log(f"verify: {folder} compared file by file")
         for p in sorted((tmp / "lora").glob("*")) if (tmp / "lora").exists() else []:
             ref = out / "lora" / p.name
             if not ref.exists() or ref.read_bytes() != p.read_bytes():
@@ -1886,7 +1932,7 @@ def run_stages(out, stages):
         "text_encoder": stage_text_encoder, "transformer": stage_transformer, "vae": stage_vae,
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
         "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
-        "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21,
+        "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21, "tiny_21": stage_tiny_21,
     }
     for s in STAGES:
         if s in stages:
