@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -219,22 +220,21 @@ Tensor QwenImage21Transformer::forward(const Tensor& latents, const Tensor* text
   const float eps = static_cast<float>(c.eps);
 
   const Modulation image_mod = modulation(tt);
-  const auto [cos, sin] = rope_tables(L, h, w);
   Tensor x;  // the residual stream (f32) of the rows this step computes: joint rows row0 ..
   int64_t row0 = 0;
   std::vector<Rows> groups;
-  Modulation text_mod;
   if (text) {
     // Text rows: txt_in = out_layer(GELU_tanh(in_layer(RMSNorm_{w+1}(embeds)))), modulated from t = 0.
-    text_mod = modulation(0.0f);
+    if (!text_modulation_.scale1.defined()) text_modulation_ = modulation(0.0f);
     x = be_.empty({N, D}, DType::F32);
     const Tensor normed = be_.rms_norm(*text, w_.txt_norm, eps);
     w_.txt_out_layer.into(be_, x.slice0(0, L), be_.gelu_tanh(w_.txt_in_layer(be_, normed)));
     w_.img_in.into(be_, x.slice0(L, N), latents);
-    groups = {{0, L, &text_mod, true}, {L, N, &image_mod, false}};
+    groups = {{0, L, &text_modulation_, true}, {L, N, &image_mod, false}};
     cache = Transformer21Cache{};
     cache.text_tokens = L;
     cache.image_tokens = S;
+    std::tie(cache.rope_cos, cache.rope_sin) = rope_tables(L, h, w);
     for (int64_t i = 0; i < c.num_layers; ++i) {
       cache.k.push_back(be_.empty({N, H, Dh}, be_.act_dtype()));
       cache.v.push_back(be_.empty({N, H, Dh}, be_.act_dtype()));
@@ -245,8 +245,8 @@ Tensor QwenImage21Transformer::forward(const Tensor& latents, const Tensor* text
     groups = {{0, S, &image_mod, false}};
   }
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    block_forward(w_.blocks[static_cast<size_t>(i)], x, groups, cos, sin, cache.k[static_cast<size_t>(i)],
-                  cache.v[static_cast<size_t>(i)], row0);
+    block_forward(w_.blocks[static_cast<size_t>(i)], x, groups, cache.rope_cos, cache.rope_sin,
+                  cache.k[static_cast<size_t>(i)], cache.v[static_cast<size_t>(i)], row0);
     if (hook) hook(i, x);
   }
   // The final norm (a scale only, from the image's row) and proj_out, on the image rows.

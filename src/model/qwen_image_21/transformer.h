@@ -33,10 +33,12 @@ struct Transformer21Config {
   std::vector<BlockCount> block_counts() const { return {{"num_layers", num_layers, "transformer_blocks."}}; }
 };
 
-// The text rows' keys and values of every block, after the QK-norm and RoPE, from the step
-// that filled them; with room after them for the image rows each step writes.
+// What the first step of an image works out for the later ones: the text rows' keys and values
+// of every block, after the QK-norm and RoPE (with room after them for the image rows each step
+// writes), and the RoPE tables of the joint sequence.
 struct Transformer21Cache {
   std::vector<Tensor> k, v;  // per block [L + S, H, Dh]
+  Tensor rope_cos, rope_sin;  // [L + S, Dh/2] f32
   int64_t text_tokens = 0;   // L
   int64_t image_tokens = 0;  // S
   bool filled() const { return !k.empty(); }
@@ -93,6 +95,7 @@ class QwenImage21Transformer {
   Transformer21Config config_;
   Weights w_;
   Tensor zero_shift_;  // [D] zeros: the modulated LayerNorm without a shift
+  Modulation text_modulation_;  // of t = 0, which the text rows read at every first step: made once
 };
 
 }  // namespace ditbatch
