@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -43,15 +45,23 @@ namespace ditbatch {
 
 namespace {
 
+// The image settings the command line gave; the others are the weight file's family's.
+struct GivenSettings {
+  std::optional<int64_t> width, height, steps, max_sequence_length;
+  std::optional<double> cfg;
+  std::optional<std::string> negative_prompt;
+};
+
 struct GenerateOptions {
-  GenerationDefaults defaults;
+  GivenSettings given;
+  GenerationDefaults defaults;  // the family's, with the given settings in place (validate_input)
   std::vector<std::string> prompts;
   std::string prompts_file, weights_path, log_level, log_dir, backend_kind, output_type, on_signal, shard, layout_name,
       output_format;
   int64_t images_per_tar = kDefaultImagesPerTar;
   OutputLayout layout;
   RunOptions run;
-  int64_t max_sequence_length = kDefaultMaxSequenceLength;
+  int64_t max_sequence_length = 0;  // the family's default unless given; 0: the family takes no limit
   int device = -1, ranks_per_gpu = 1, threads = 0;
   bool no_selftest = false;
   bool verify_outputs = false;
@@ -90,6 +100,37 @@ void check_output_dir(const std::string& dir) {
   }
 }
 
+// The family's settings with the command line's in place; an option the family does not take is
+// refused, naming it, the model and what to do.
+void apply_family_settings(GenerateOptions& o, const ImageModel& model) {
+  const std::string model_name = fmt::format("{} ({})", model.family(), model.pipeline_class());
+  GenerationDefaults d = model.generation_defaults();
+  const GivenSettings& g = o.given;
+  if (g.width) d.width = *g.width;
+  if (g.height) d.height = *g.height;
+  if (g.steps) d.steps = *g.steps;
+  if (g.cfg) d.cfg = *g.cfg;
+  if (g.negative_prompt) d.negative_prompt = *g.negative_prompt;
+  d.seed = o.defaults.seed;
+  o.defaults = d;
+  const int64_t limit = model.default_max_sequence_length();
+  if (g.max_sequence_length && limit == 0)
+    fail_input("--max-sequence-length {}: {} encodes the whole prompt and takes no limit; remove the option",
+               *g.max_sequence_length, model_name);
+  o.max_sequence_length = g.max_sequence_length.value_or(limit);
+}
+
+// A --scheduler preset ditbatch knows (resolve_scheduler has checked the name) that is another
+// family's.
+void check_family_scheduler(const GenerateOptions& o, const ImageModel& model) {
+  const std::string model_name = fmt::format("{} ({})", model.family(), model.pipeline_class());
+  const std::vector<std::string> presets = model.scheduler_presets();
+  if (o.scheduler != "model" && std::find(presets.begin(), presets.end(), o.scheduler) == presets.end())
+    fail_input("--scheduler {}: {} takes {}; use --scheduler model (the weight file's) or --scheduler-config FILE",
+               o.scheduler, model_name,
+               presets.empty() ? std::string("no preset") : fmt::format("the preset(s) {}", fmt::join(presets, ", ")));
+}
+
 // The weight file's scheduler, or the one --scheduler / --scheduler-config puts in its place.
 SchedulerConfig chosen_scheduler(const GenerateOptions& o, const WeightStore& weights) {
   return resolve_scheduler(SchedulerConfig::from(weights.component("scheduler").config()), o.scheduler,
@@ -125,7 +166,7 @@ void check_cpu_run(const ImageModel& model, const std::vector<ImageJob>& jobs, c
 // LoRA set, every file read and checked against the transformer, as JSON; and what the folder's
 // manifest says of each image, read once here for the whole start). The weight file is opened
 // into `weights`, which the rest of the run uses.
-std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& world, const Log& log,
+std::vector<ImageJob> validate_input(GenerateOptions& o, const World& world, const Log& log,
                                      std::string& loras_json, PreviousImages& previous,
                                      std::optional<WeightStore>& weight_file) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
@@ -145,10 +186,11 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
       entries.push_back(std::move(e));
     }
   }
-  std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   ArraySlice::resolve(o.array_index, o.array_count);
   const WeightStore& weights = weight_file.emplace(WeightStore::open(o.weights_path));  // a wrong file fails here
   const std::unique_ptr<ImageModel> model = ImageModel::open(weights);  // its configs checked
+  apply_family_settings(o, *model);
+  std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
   const LoraSet loras = model->open_loras(requests);
@@ -156,6 +198,7 @@ std::vector<ImageJob> validate_input(const GenerateOptions& o, const World& worl
     log.info("LoRA {} ({}, strength {}): {} modules, sha256 {}", f.path, f.formats, f.strength, f.modules,
              f.sha256.substr(0, 12));
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
+  check_family_scheduler(o, *model);
   if (o.backend_kind == "cpu" || visible_gpu_count() == 0) check_cpu_run(*model, jobs, o, world, log);
   check_output_dir(o.run.out_dir);
   if (o.layout.kind != OutputLayout::Kind::Flat) check_output_folders(o.run.out_dir);
@@ -363,6 +406,7 @@ void plan_run(GenerateOptions& o, const World& world, const Log& log, std::optio
   // (one process: the list as it is; a million jobs take seconds to write and read as JSON)
   if (world.size() > 1) plan.jobs = jobs_from_json(world.broadcast(world.rank() == 0 ? jobs_to_json(plan.jobs) : "", 0));
   plan.loras = LoraSet::from_json(world.broadcast(loras_json, 0));
+  o.max_sequence_length = std::stoll(world.broadcast(std::to_string(o.max_sequence_length), 0));  // the family's
   o.run.run_id = world.broadcast(world.rank() == 0 ? default_run_id() : "", 0);
 
   plan.slice = ArraySlice::resolve(o.array_index, o.array_count);  // checked by rank 0 already
@@ -530,21 +574,20 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("prompt", po::value(&o.prompts), "a prompt (repeatable)")
       ("prompts", po::value(&o.prompts_file), "a .txt (one prompt per line) or .jsonl prompt file")
       ("out", po::value(&o.run.out_dir)->required(), "output folder: PNGs and manifest.jsonl")
-      ("width", po::value(&o.defaults.width)->default_value(1024), "image width (floored to a multiple of 16)")
-      ("height", po::value(&o.defaults.height)->default_value(1024), "image height (floored to a multiple of 16)")
-      ("steps", po::value(&o.defaults.steps)->default_value(50), "denoising steps")
-      ("cfg", po::value(&o.defaults.cfg)->default_value(4.0), "true CFG scale (1 turns CFG off)")
-      ("negative-prompt", po::value(&o.defaults.negative_prompt)->default_value(" "),
-       "negative prompt (\"\" turns CFG off)")
+      ("width", po::value<int64_t>(), "image width (the model's: 1024; floored to a multiple of 16, 2.1: of 32)")
+      ("height", po::value<int64_t>(), "image height (the model's: 1024; floored as --width)")
+      ("steps", po::value<int64_t>(), "denoising steps (the model's: Qwen-Image 50, 2.1 40, 2.1 Turbo its 8 sigmas)")
+      ("cfg", po::value<double>(), "true CFG scale, 1 turns CFG off (the model's: Qwen-Image 4.0, 2.1 1)")
+      ("negative-prompt", po::value<std::string>(), "negative prompt, \"\" turns CFG off (the model's: \" \")")
       ("seed", po::value(&seed_text)->default_value("0"), "base seed: image i uses seed + i unless it has its own")
-      ("max-sequence-length", po::value(&o.max_sequence_length)->default_value(kDefaultMaxSequenceLength),
-       "prompt tokens kept (1..1024)")
+      ("max-sequence-length", po::value<int64_t>(),
+       "prompt tokens kept, 1..1024 (Qwen-Image: 512 by default; 2.1 keeps the whole prompt and takes no limit)")
       ("lora", po::value(&o.loras)->composing(),
        "FILE[:STRENGTH]: a LoRA merged into the transformer at load (repeatable; strength 1 by default; several "
        "add up). Formats: diffusers/PEFT, Kohya, ComfyUI/LightX2V (diffusion_model.)")
       ("scheduler", po::value(&o.scheduler)->default_value("model"),
-       "model (the weight file's) | lightning (base_shift = max_shift = ln 3, no shift_terminal: for the "
-       "Lightning LoRAs, with --steps 8 --cfg 1)")
+       "model (the weight file's) | lightning (Qwen-Image: base_shift = max_shift = ln 3, no shift_terminal: for "
+       "the Lightning LoRAs, with --steps 8 --cfg 1)")
       ("scheduler-config", po::value(&o.scheduler_config),
        "a diffusers scheduler_config.json (FlowMatchEulerDiscreteScheduler) in place of the weight file's")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
@@ -580,8 +623,10 @@ int cmd_generate(const std::vector<std::string>& args) {
                      "puts them in subfolders of 10,000), with the\n"
                      "settings in its text chunks and a line per image in DIR/manifest.jsonl. A rerun skips\n"
                      "images that are complete, and refuses a DIR whose images were made with other settings.\n"
-                     "Defaults are the Qwen-Image model card's: 1024x1024, 50 steps, true CFG 4.0 with\n"
-                     "negative prompt \" \". Under mpirun/srun every rank takes a share.",
+                     "Defaults are the weight file's model card's: Qwen-Image 1024x1024, 50 steps, true CFG 4.0\n"
+                     "with negative prompt \" \"; Qwen-Image-2.1 1024x1024 (sides multiples of 32), 40 steps\n"
+                     "(Turbo: its 8 sigmas), CFG off (--cfg 4 runs it with negative prompt \" \"), RGBA PNGs.\n"
+                     "Under mpirun/srun every rank takes a share.",
                      desc, nullptr, args, vm))
     return 0;
   o.layout = OutputLayout::parse(o.layout_name, o.output_format, o.images_per_tar);  // before --out is touched
@@ -598,6 +643,12 @@ int cmd_generate(const std::vector<std::string>& args) {
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
   o.defaults.seed = parse_seed(seed_text, "--seed");
+  if (vm.count("width")) o.given.width = vm["width"].as<int64_t>();
+  if (vm.count("height")) o.given.height = vm["height"].as<int64_t>();
+  if (vm.count("steps")) o.given.steps = vm["steps"].as<int64_t>();
+  if (vm.count("cfg")) o.given.cfg = vm["cfg"].as<double>();
+  if (vm.count("negative-prompt")) o.given.negative_prompt = vm["negative-prompt"].as<std::string>();
+  if (vm.count("max-sequence-length")) o.given.max_sequence_length = vm["max-sequence-length"].as<int64_t>();
   // The backend with the other options, before --out, the lock or the weights are touched.
   // make_backend refuses an unknown kind, or cuda without a usable GPU, before creating
   // anything (its message says why: no CUDA in this build, no device, the driver).
@@ -605,8 +656,9 @@ int cmd_generate(const std::vector<std::string>& args) {
     (void)make_backend(o.backend_kind, -1, Log());
   set_abandon_on_first_signal(o.run.on_signal == OnSignal::Abandon);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
-  if (o.max_sequence_length < 1 || o.max_sequence_length > kQwenImageTokenizerMaxLength)
-    fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", o.max_sequence_length,
+  if (o.given.max_sequence_length &&
+      (*o.given.max_sequence_length < 1 || *o.given.max_sequence_length > kQwenImageTokenizerMaxLength))
+    fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", *o.given.max_sequence_length,
                kQwenImageTokenizerMaxLength);
   if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
   if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);

@@ -97,17 +97,24 @@ int cmd_inspect(const std::vector<std::string>& args) {
   if (store.has_component("transformer") && store.has_component("text_encoder") && store.has_component("vae") &&
       store.has_component("scheduler")) {
     // What `generate` will ask of a GPU (bf16 weights), to pick a GPU type before queueing.
-    std::cout << "GPU memory for generate (bf16, 50 steps, estimate):\n";
     try {
       const SchedulerConfig scheduler = SchedulerConfig::from(store.component("scheduler").config());
       const std::unique_ptr<ImageModel> model = ImageModel::open(store);
+      const GenerationDefaults defaults = model->generation_defaults();
+      std::cout << fmt::format("generate's defaults ({}): {}x{}, {} steps, {}\n", model->family(), defaults.width,
+                               defaults.height, defaults.steps,
+                               defaults.cfg > 1 ? fmt::format("true CFG {}", defaults.cfg) : std::string("CFG off"));
+      std::cout << fmt::format("GPU memory for generate (bf16, {} steps, estimate):\n", defaults.steps);
       for (const int64_t side : {1024, 1328}) {
-        ImageJob job;  // the model card's 50 steps
-        job.width = job.height = side;
-        job.steps = GenerationDefaults{}.steps;
-        const DeviceMemoryPlan plan = model->device_memory(2, {job}, kDefaultMaxSequenceLength, scheduler);
-        std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", side, side,
-                                 plan.describe(false), side, side, plan.describe(true));
+        ImageJob job;  // the model card's steps and CFG, a prompt of up to 64 tokens
+        job.width = job.height = side / defaults.size_multiple * defaults.size_multiple;
+        job.steps = defaults.steps;
+        job.cfg = static_cast<float>(defaults.cfg);
+        job.true_cfg = defaults.cfg > 1;
+        const int64_t limit = model->default_max_sequence_length();
+        const DeviceMemoryPlan plan = model->device_memory(2, {job}, limit > 0 ? limit : 64, scheduler);
+        std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", job.width, job.height,
+                                 plan.describe(false), job.width, job.height, plan.describe(true));
       }
     } catch (const InputError& e) {  // configs generate would refuse too: say why, inspect goes on
       std::cout << "  (no estimate: " << e.what() << ")\n";

@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "core/fs.h"
 #include "convert/convert.h"
 #include "io/weight_store.h"
+#include "model/qwen_image_21/constants.h"
+#include "model/qwen_image_21/transformer.h"
+#include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
 #include "model/random_weights.h"
+#include "model/tokenizer.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
@@ -43,6 +49,33 @@ void write_random_component(WeightWriter& writer, const std::string& name, const
   writer.end_component();
 }
 
+// What a family's pipeline file holds besides the tokenizer and the scheduler: each model's
+// weight list (from its config, through the model's own parser) and the prompt template.
+struct FamilyContents {
+  std::vector<WeightSpec> transformer, text_encoder, vae;
+  std::string prompt_template;
+  int64_t drop_idx = 0;
+};
+
+FamilyContents family_contents(const PipelineConfigs& c, const std::string& source, const std::string& tokenizer_dir) {
+  if (c.pipeline_class == "QwenImagePipeline") {
+    const auto [dit, te, vae] = parse_model_configs(c, source);
+    return {QwenImageTransformer::weight_specs(dit), QwenTextEncoder::weight_specs(te), VaeDecoder::weight_specs(vae),
+            kQwenImagePromptTemplate, kQwenImageDropIdx};
+  }
+  if (c.pipeline_class == "QwenImage21Pipeline") {
+    const auto dit = Transformer21Config::from(Config::parse(c.transformer, source + " transformer"));
+    const auto te = TextEncoderConfig::from(Config::parse(c.text_encoder, source + " text_encoder"));
+    const auto vae = Vae21Config::from(Config::parse(c.vae, source + " vae"));
+    // The system turn's tokens, as convert counts them with the folder's tokenizer.
+    Tokenizer tokenizer = Tokenizer::from_folder(tokenizer_dir);
+    return {QwenImage21Transformer::weight_specs(dit), QwenTextEncoder::weight_specs(te, "model.language_model."),
+            QwenImage21VaeDecoder::weight_specs(vae), kQwenImage21PromptTemplate,
+            std::ssize(tokenizer.encode(qwen_image_21_system_turn()))};
+  }
+  fail_input("{}: no random pipeline of class '{}'", source, c.pipeline_class);
+}
+
 }  // namespace
 
 void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
@@ -56,7 +89,7 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
 
   // The configs go through the models' own parsers: the specs below follow from the JSON alone.
   const PipelineConfigs& c = opt.configs;
-  const auto [dit, te, vae] = parse_model_configs(c, opt.source);
+  const FamilyContents contents = family_contents(c, opt.source, tokenizer_dir);
 
   std::vector<std::string> inputs;
   for (const auto& f : tokenizer_files) inputs.push_back(tokenizer_dir + "/" + f);
@@ -64,12 +97,12 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
   WeightWriter writer(opt.out, opt.format_version ? opt.format_version : kWeightFormatVersion);
   writer.set_root_attr("model_name", opt.model_name);
   writer.set_root_attr("source", opt.source);
-  writer.set_root_attr("pipeline_class", "QwenImagePipeline");
-  writer.set_root_attr("prompt_template", std::string(kQwenImagePromptTemplate));
-  writer.set_root_attr("prompt_template_encode_start_idx", static_cast<int64_t>(kQwenImageDropIdx));
-  write_random_component(writer, "transformer", c.transformer, QwenImageTransformer::weight_specs(dit), opt);
-  write_random_component(writer, "text_encoder", c.text_encoder, QwenTextEncoder::weight_specs(te), opt);
-  write_random_component(writer, "vae", c.vae, VaeDecoder::weight_specs(vae), opt);
+  writer.set_root_attr("pipeline_class", c.pipeline_class);
+  writer.set_root_attr("prompt_template", contents.prompt_template);
+  writer.set_root_attr("prompt_template_encode_start_idx", contents.drop_idx);
+  write_random_component(writer, "transformer", c.transformer, contents.transformer, opt);
+  write_random_component(writer, "text_encoder", c.text_encoder, contents.text_encoder, opt);
+  write_random_component(writer, "vae", c.vae, contents.vae, opt);
   writer.begin_component("tokenizer", "");
   for (const auto& f : tokenizer_files) writer.add_file(f, read_file(tokenizer_dir + "/" + f));
   writer.end_component();
@@ -79,13 +112,17 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
   log.info("wrote random pipeline {} (seed {})", opt.out, opt.seed);
 }
 
+std::vector<std::string> tiny_pipeline_models() { return {"qwen-image", "qwen-image-2.1"}; }
+
 void make_tiny_pipeline(const TinyPipelineOptions& opt, const Log& log) {
+  if (opt.model != "qwen-image" && opt.model != "qwen-image-2.1")
+    fail_input("--model '{}': make-tiny writes {}", opt.model, fmt::join(tiny_pipeline_models(), " or "));
   write_random_pipeline({.out = opt.out,
-                         .configs = tiny_pipeline_configs(),
+                         .configs = opt.model == "qwen-image" ? tiny_pipeline_configs() : tiny_pipeline_21_configs(),
                          .dtype = DType::F32,
                          .seed = opt.seed,
                          .fast_draw = false,
-                         .model_name = fmt::format("ditbatch-tiny-qwen-image-seed{}", opt.seed),
+                         .model_name = fmt::format("ditbatch-tiny-{}-seed{}", opt.model, opt.seed),
                          .source = "ditbatch make-tiny",
                          .tokenizer_dir = opt.tokenizer_dir},
                         log);

@@ -1,10 +1,12 @@
-// `ditbatch make-tiny`: a small random Qwen-Image pipeline with the real architecture
-// (tiny_pipeline_configs, model/pipeline_configs.h) and the real Qwen2.5-VL tokenizer.
+// `ditbatch make-tiny`: a small random pipeline of a family (Qwen-Image, Qwen-Image-2.1) with the
+// real architecture (tiny_pipeline_configs / tiny_pipeline_21_configs, model/pipeline_configs.h)
+// and the real Qwen2.5-VL tokenizer (the byte-level BPE Qwen3-VL's shares).
 // Deterministic for a seed: the same seed writes the same file, byte for byte.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/log.h"
@@ -28,10 +30,13 @@ void write_random_pipeline(const RandomPipelineOptions& options, const Log& log)
 
 struct TinyPipelineOptions {
   std::string out;
+  std::string model = "qwen-image";  // or "qwen-image-2.1"
   uint64_t seed = 0;
   std::string tokenizer_dir;  // default: the tokenizer shipped in weights/tokenizer
 };
 
+// The families make-tiny writes, as --model names them.
+std::vector<std::string> tiny_pipeline_models();
 void make_tiny_pipeline(const TinyPipelineOptions& options, const Log& log);
 
 }  // namespace ditbatch

@@ -33,23 +33,24 @@ namespace {
 
 // The libpng calls that may longjmp, in a frame that holds no C++ objects (setjmp/longjmp
 // must not skip destructors). Returns false with `error` set by on_png_error.
-bool write_png_frame(png_structp png, png_infop info, std::string* bytes, const uint8_t* rgb, int64_t width,
-                     int64_t height, png_text* chunks, int n_chunks) {
+bool write_png_frame(png_structp png, png_infop info, std::string* bytes, const uint8_t* pixels, int64_t width,
+                     int64_t height, int channels, png_text* chunks, int n_chunks) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_write_fn(png, bytes, append_to_string, no_flush);
-  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8, PNG_COLOR_TYPE_RGB,
-               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
+               channels == 4 ? PNG_COLOR_TYPE_RGB_ALPHA : PNG_COLOR_TYPE_RGB,               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_set_compression_level(png, 6);
   if (n_chunks > 0) png_set_text(png, info, chunks, n_chunks);
   png_write_info(png, info);
-  for (int64_t y = 0; y < height; ++y) png_write_row(png, const_cast<png_bytep>(rgb + y * width * 3));
+  for (int64_t y = 0; y < height; ++y) png_write_row(png, const_cast<png_bytep>(pixels + y * width * channels));
   png_write_end(png, info);
   return true;
 }
 
 }  // namespace
 
-std::string encode_png(const uint8_t* rgb, int64_t width, int64_t height, const PngText& text) {
+std::string encode_png(const uint8_t* pixels, int64_t width, int64_t height, int channels, const PngText& text) {
+  DITBATCH_CHECK(channels == 3 || channels == 4, "encode_png: {} channels (3 or 4)", channels);
   std::string error, bytes;
   std::vector<png_text> chunks(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
@@ -63,15 +64,15 @@ std::string encode_png(const uint8_t* rgb, int64_t width, int64_t height, const 
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &error, on_png_error, on_png_warning);
   if (!png) fail("libpng: cannot create a write struct");
   png_infop info = png_create_info_struct(png);
-  const bool ok = write_png_frame(png, info, &bytes, rgb, width, height, chunks.data(), static_cast<int>(chunks.size()));
+  const bool ok = write_png_frame(png, info, &bytes, pixels, width, height, channels, chunks.data(), static_cast<int>(chunks.size()));
   png_destroy_write_struct(&png, &info);
   if (!ok) fail("libpng: cannot encode the image: {}", error);
   return bytes;
 }
 
-std::string write_png_atomic(const std::string& path, const uint8_t* rgb, int64_t width, int64_t height,
-                             const PngText& text) {
-  std::string bytes = encode_png(rgb, width, height, text);
+std::string write_png_atomic(const std::string& path, const uint8_t* pixels, int64_t width, int64_t height,
+                             int channels, const PngText& text) {
+  std::string bytes = encode_png(pixels, width, height, channels, text);
   write_file_atomic(path, bytes);
   return bytes;
 }
@@ -106,14 +107,16 @@ bool read_png_impl(const std::string& path, PngImage* out, std::string* error) {
   if (ok && out) {
     out->width = png_get_image_width(png, info);
     out->height = png_get_image_height(png, info);
-    if (png_get_color_type(png, info) != PNG_COLOR_TYPE_RGB || png_get_bit_depth(png, info) != 8) {
-      *error = "not an 8-bit RGB PNG";
+    const int color = png_get_color_type(png, info);
+    if ((color != PNG_COLOR_TYPE_RGB && color != PNG_COLOR_TYPE_RGB_ALPHA) || png_get_bit_depth(png, info) != 8) {
+      *error = "not an 8-bit RGB or RGBA PNG";
       ok = false;
     } else {
       png_bytepp rows = png_get_rows(png, info);
-      out->rgb.resize(static_cast<size_t>(out->width * out->height * 3));
-      for (int64_t y = 0; y < out->height; ++y)
-        std::copy(rows[y], rows[y] + out->width * 3, out->rgb.begin() + y * out->width * 3);
+      out->channels = color == PNG_COLOR_TYPE_RGB_ALPHA ? 4 : 3;
+      const int64_t row = out->width * out->channels;
+      out->pixels.resize(static_cast<size_t>(row * out->height));
+      for (int64_t y = 0; y < out->height; ++y) std::copy(rows[y], rows[y] + row, out->pixels.begin() + y * row);
       png_textp text = nullptr;
       const int n = png_get_text(png, info, &text, nullptr);
       for (int i = 0; i < n; ++i)

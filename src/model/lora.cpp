@@ -41,7 +41,7 @@ enum class Factor { Down, Up, Alpha };
 
 // What a key of a LoRA file means: a factor of a transformer module, in diffusers' names.
 struct KeyMeaning {
-  std::string module;  // empty: a key of a format ditbatch reads, for a module no Qwen-Image has
+  std::string module;  // empty: a key of a format ditbatch reads, for a module outside transformer_blocks
   Factor factor;
   std::string format;
 };
@@ -224,12 +224,11 @@ void check_finite(const std::string& path, const std::string& key, const Tensor&
 }
 
 // Why a module name is not one of the model's, for the error.
-std::string missing_module_reason(const std::string& module, const TransformerConfig& config,
-                                  const std::vector<std::string>& linears) {
+std::string missing_module_reason(const std::string& module, int64_t num_layers, const std::vector<std::string>& linears) {
   static const std::regex block(R"(transformer_blocks\.(\d+)\..*)");
   std::smatch m;
-  if (std::regex_match(module, m, block) && std::stoll(m[1].str()) >= config.num_layers)
-    return fmt::format("this transformer has {} blocks, 0..{}", config.num_layers, config.num_layers - 1);
+  if (std::regex_match(module, m, block) && std::stoll(m[1].str()) >= num_layers)
+    return fmt::format("this transformer has {} blocks, 0..{}", num_layers, num_layers - 1);
   const auto close = closest_names(module, linears);
   return close.empty() ? "no such linear" : fmt::format("closest linears: {}", fmt::join(close, ", "));
 }
@@ -243,10 +242,10 @@ struct ModuleKeys {
 
 }  // namespace
 
-LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const TransformerConfig& config) {
+LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const LoraTargets& targets) {
   std::map<std::string, Shape> linears;  // module -> weight [out, in]
   std::vector<std::string> linear_names;
-  for (const WeightSpec& spec : QwenImageTransformer::weight_specs(config))
+  for (const WeightSpec& spec : targets.weights)
     if (spec.shape.size() == 2 && spec.name.ends_with(".weight")) {
       linears[spec.name.substr(0, spec.name.size() - 7)] = spec.shape;
       linear_names.push_back(spec.name.substr(0, spec.name.size() - 7));
@@ -321,15 +320,14 @@ LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const Transforme
     if (matched == 0) {
       std::vector<std::string> some;
       for (size_t i = 0; i < std::min<size_t>(3, unmatched.size()); ++i) some.push_back("'" + unmatched[i] + "'");
-      fail_input("{}: none of its {} LoRA keys names a linear of this Qwen-Image transformer ({} blocks, inner dim {}): "
-                 "a LoRA for another model? (e.g. {})",
-                 path, file->entries().size(), config.num_layers, config.inner_dim(), fmt::join(some, ", "));
+      fail_input("{}: none of its {} LoRA keys names a linear of {}: a LoRA for another model? (e.g. {})", path,
+                 file->entries().size(), targets.model, fmt::join(some, ", "));
     }
     if (!unmatched.empty()) {
       const auto meaning = parse_key(unmatched[0]);
       fail_input("{}: key '{}' is for module '{}', which this transformer does not have ({}){}", path, unmatched[0],
                  meaning->module.empty() ? unmatched[0] : meaning->module,
-                 missing_module_reason(meaning->module, config, linear_names),
+                 missing_module_reason(meaning->module, targets.num_layers, linear_names),
                  unmatched.size() > 1 ? fmt::format("; {} such keys in all", unmatched.size()) : "");
     }
     if (meta.present) formats.insert("LoraConfig metadata");

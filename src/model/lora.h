@@ -1,5 +1,5 @@
-// LoRA adapters for the Qwen-Image transformer, read as diffusers 0.42.1 reads them
-// (QwenImagePipeline.load_lora_weights: lora_state_dict, _convert_non_diffusers_qwen_lora_to_diffusers,
+// LoRA adapters for a transformer (its linears, as LoraTargets lists them), read as diffusers
+// 0.42.1 reads them (QwenImagePipeline.load_lora_weights: lora_state_dict, _convert_non_diffusers_qwen_lora_to_diffusers,
 // then PEFT's LoraConfig): every key format is mapped onto the diffusers module names, each
 // module's factors are checked against the module's weight, every value is checked finite and the
 // scale s * alpha / rank is worked out, all before any weight is read. lora_merge.h merges the set
@@ -22,9 +22,17 @@
 #include <string>
 #include <vector>
 
-#include "model/transformer.h"
+#include "model/weights.h"
 
 namespace ditbatch {
+
+// What a LoRA may change: a transformer's linears (every 2-D ".weight" of its weight list, by its
+// diffusers module name) and, for messages, what the model is.
+struct LoraTargets {
+  std::string model;          // "this Qwen-Image transformer (60 blocks, inner dim 3072)"
+  int64_t num_layers = 0;     // its transformer_blocks
+  std::vector<WeightSpec> weights;
+};
 
 // One --lora FILE[:STRENGTH] (strength 1 by default).
 struct LoraRequest {
@@ -54,11 +62,11 @@ struct LoraPatch {
 class LoraSet {
  public:
   LoraSet() = default;
-  // Reads and checks every file against the linears of a transformer with this config. Throws
+  // Reads and checks every file against the targets' linears. Throws
   // InputError naming the file and the key: a file missing or truncated, keys of no format, a
   // key whose module the model lacks (or none matching: a LoRA for another model), a factor whose
   // shape does not fit its module, a non-finite value.
-  static LoraSet open(const std::vector<LoraRequest>& requests, const TransformerConfig& config);
+  static LoraSet open(const std::vector<LoraRequest>& requests, const LoraTargets& targets);
 
   bool empty() const { return files_.empty(); }
   // In the order given on the command line.

@@ -1,6 +1,9 @@
 #include "model/pipeline_configs.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
 
 #include "io/config.h"
 #include "core/error.h"
@@ -46,7 +49,68 @@ std::string scheduler_config() {
  "stochastic_sampling": false})";
 }
 
+// The tiny QwenImage21Pipeline's VAE statistics as diffusers built it (tools/golden, tiny_21).
+const char* kLatentsMean21 =
+    "[-2.7814, 0.1919, -0.3751, 0.7174, -0.4398, 2.2507, -5.6986, 0.4974, 1.1289, -2.6457, 2.7775, 0.6262, "
+    "-0.0137, 0.1582, -2.6184, -1.6234]";
+const char* kLatentsStd21 =
+    "[4.0775, 3.8457, 4.3942, 4.0961, 3.6699, 3.5104, 4.1776, 3.5781, 4.4496, 3.8589, 4.0068, 4.0261, 4.0987, "
+    "4.2087, 4.3249, 3.935]";
+
+std::string transformer_21_config(int64_t layers, int64_t heads, int64_t head_dim, int64_t context, int64_t channels,
+                                  const char* axes) {
+  return fmt::format(R"({{"_class_name": "QwenImage21Transformer2DModel", "patch_size": 1, "in_channels": {},
+ "out_channels": {}, "num_layers": {}, "attention_head_dim": {}, "num_attention_heads": {}, "context_in_dim": {},
+ "mlp_ratio": 3, "axes_dims_rope": {}, "eps": 1e-06, "causal_condition": true}})",
+                     channels, channels, layers, head_dim, heads, context, axes);
+}
+
+std::string text_encoder_21_config(int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   int64_t intermediate, const char* mrope_section) {
+  return fmt::format(R"({{"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+ "text_config": {{"model_type": "qwen3_vl_text", "hidden_size": {}, "num_hidden_layers": {}, "num_attention_heads": {},
+  "num_key_value_heads": {}, "head_dim": {}, "intermediate_size": {}, "vocab_size": 151936, "rms_norm_eps": 1e-06,
+  "hidden_act": "silu", "attention_bias": false,
+  "rope_parameters": {{"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": {},
+   "mrope_interleaved": true}}}}}})",
+                     hidden, layers, heads, kv_heads, head_dim, intermediate, mrope_section);
+}
+
+// decoder_base_dim 8 over the five levels; z_dim 16 with the tiny pipeline's statistics, or
+// another z_dim with neutral ones (mean 0, std 1).
+std::string tiny_vae_21_config(int64_t z_dim) {
+  std::string mean = kLatentsMean21, std = kLatentsStd21;
+  if (z_dim != 16) {
+    mean = fmt::format("[{}]", fmt::join(std::vector<std::string>(static_cast<size_t>(z_dim), "0.0"), ", "));
+    std = fmt::format("[{}]", fmt::join(std::vector<std::string>(static_cast<size_t>(z_dim), "1.0"), ", "));
+  }
+  return fmt::format(R"({{"_class_name": "AutoencoderKLQwenImage21", "base_dim": 8, "decoder_base_dim": 8, "z_dim": {},
+ "dim_mult": [1, 2, 4, 8, 8], "num_res_blocks": 2, "attn_scales": [], "temperal_downsample": [false, true, true, true],
+ "dropout": 0.0, "is_residual": true, "in_channels": 4, "out_channels": 4, "patch_size": null,
+ "latents_mean": {}, "latents_std": {}}})",
+                     z_dim, mean, std);
+}
+
 }  // namespace
+
+PipelineConfigs tiny_pipeline_21_configs() {
+  PipelineConfigs c{transformer_21_config(2, 2, 32, 64, 16, "[8, 12, 12]"),
+                    text_encoder_21_config(64, 2, 4, 2, 16, 128, "[2, 3, 3]"), tiny_vae_21_config(16),
+                    scheduler_config()};
+  c.pipeline_class = "QwenImage21Pipeline";
+  return c;
+}
+
+PipelineConfigs real_width_pipeline_21_configs(int64_t dit_layers, int64_t text_layers) {
+  if (dit_layers < 1 || text_layers < 1)
+    fail_input("{} transformer blocks and {} text-encoder layers: a pipeline needs at least one of each", dit_layers,
+               text_layers);
+  PipelineConfigs c{transformer_21_config(dit_layers, 32, 128, 4096, 64, "[16, 56, 56]"),
+                    text_encoder_21_config(4096, text_layers, 32, 8, 128, 12288, "[24, 20, 20]"),
+                    tiny_vae_21_config(64), scheduler_config()};
+  c.pipeline_class = "QwenImage21Pipeline";
+  return c;
+}
 
 PipelineConfigs tiny_pipeline_configs() {
   return {tiny_transformer_config(), tiny_text_encoder_config(), vae_config(16), scheduler_config()};

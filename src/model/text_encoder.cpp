@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace ditbatch {
 
@@ -88,6 +89,16 @@ QwenTextEncoder::QwenTextEncoder(Backend& backend, const Component& component)
 
 QwenTextEncoder::QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder) : be_(backend), config_(config) {
   bind(binder, &be_, config_, w_);
+}
+
+std::unique_ptr<QwenTextEncoder> QwenTextEncoder::load(Backend& backend, const Component& component,
+                                                       const WeightReader& reader, const Log& log) {
+  Stopwatch load;
+  auto binder = reader.binder(component, tensor_prefix(component));
+  auto encoder = std::make_unique<QwenTextEncoder>(backend, TextEncoderConfig::from(component.config()), *binder);
+  log.info("text encoder loaded ({} layers, hidden {}) in {:.1f} s", encoder->config().num_hidden_layers,
+           encoder->config().hidden_size, load.seconds());
+  return encoder;
 }
 
 std::vector<WeightSpec> QwenTextEncoder::weight_specs(const TextEncoderConfig& config, const std::string& prefix) {

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/log.h"
 #include "io/weight_store.h"
 #include "model/weights.h"
 
@@ -42,6 +44,10 @@ class QwenTextEncoder {
   QwenTextEncoder(Backend& backend, const Component& component);
   // Weights from any binder (random weights for benchmarks, regenerated weights in tests).
   QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder& binder);
+  // A pipeline's encoder: the component's tensors under its prefix from `reader` (MPI: one
+  // reader per node), timed and logged.
+  static std::unique_ptr<QwenTextEncoder> load(Backend& backend, const Component& component, const WeightReader& reader,
+                                               const Log& log);
   QwenTextEncoder(Backend& backend, const TextEncoderConfig& config, WeightBinder&& binder)
       : QwenTextEncoder(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const TextEncoderConfig& config, const std::string& prefix = "model.");

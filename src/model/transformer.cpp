@@ -100,6 +100,11 @@ QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerCo
   bind(binder, &be_, config_, w_);
 }
 
+LoraTargets QwenImageTransformer::lora_targets(const TransformerConfig& config) {
+  return {fmt::format("this Qwen-Image transformer ({} blocks, inner dim {})", config.num_layers, config.inner_dim()),
+          config.num_layers, weight_specs(config)};
+}
+
 std::vector<WeightSpec> QwenImageTransformer::weight_specs(const TransformerConfig& config) {
   SpecRecorder recorder;
   Weights unused;

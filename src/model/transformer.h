@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "io/weight_store.h"
 #include "model/joint_rows.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace ditbatch {
@@ -66,6 +67,8 @@ class QwenImageTransformer {
                        const std::vector<float>& timesteps);
   // The tensors a model with this config holds (for make-tiny and checks).
   static std::vector<WeightSpec> weight_specs(const TransformerConfig& config);
+  // What a LoRA may change: every linear of weight_specs.
+  static LoraTargets lora_targets(const TransformerConfig& config);
 
   const TransformerConfig& config() const { return config_; }
   // tt = f32(t / 1000), as the pipeline passes it.

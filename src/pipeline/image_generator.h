@@ -31,7 +31,8 @@ struct GeneratedImage {
   bool ok = false;
   std::string error;         // why not, e.g. "NaN in the latents after step 50"
   Tensor latents;            // host f32, the model's final latents as diffusers' output_type="latent" gives them
-  std::vector<uint8_t> rgb;  // [H, W, channels] (output_type="pil"): RGB, or RGBA for Qwen-Image-2.1
+  std::vector<uint8_t> pixels;  // [H, W, channels] uint8 (output_type="pil")
+  int channels = 3;             // 3: RGB; 4: RGBA (Qwen-Image-2.1), the alpha as the model makes it
 };
 
 class ImageGenerator {

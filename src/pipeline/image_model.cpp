@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "pipeline/qwen_image_21_model.h"
 #include "pipeline/qwen_image_model.h"
 
 namespace ditbatch {
@@ -17,6 +18,7 @@ struct Family {
 const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"QwenImagePipeline", [](const WeightStore& w) { return std::make_unique<QwenImageModel>(w); }},
+      {"QwenImage21Pipeline", [](const WeightStore& w) { return std::make_unique<QwenImage21Model>(w); }},
   };
   return table;
 }

@@ -38,16 +38,23 @@ class ImageModel {
   static std::vector<std::string> pipeline_classes();
 
   virtual std::string pipeline_class() const = 0;
+  // The family as its users name it, for messages ("Qwen-Image-2.1").
+  virtual std::string family() const = 0;
+  // The model card's settings (size, steps, CFG, negative prompt) and the sizes and steps the
+  // pipeline takes: what a run uses where neither the command line nor a prompt line says.
+  virtual GenerationDefaults generation_defaults() const = 0;
   // The prompt tokens the text encoder's output keeps at most unless told otherwise (diffusers'
-  // max_sequence_length default).
+  // max_sequence_length default); 0 where the family encodes the whole prompt and takes no limit.
   virtual int64_t default_max_sequence_length() const = 0;
+  // The --scheduler presets the family takes besides "model" (the weight file's).
+  virtual std::vector<std::string> scheduler_presets() const { return {}; }
 
   // The LoRA files of a run, each read and checked against this model's denoiser.
   virtual LoraSet open_loras(const std::vector<LoraRequest>& requests) const = 0;
 
   // What a run of `jobs` holds on a GPU whose weights take weight_dtype_size bytes a parameter:
-  // text_tokens bounds a prompt's kept tokens, `scheduler` is the run's (the schedules the jobs
-  // step through).
+  // text_tokens bounds a prompt's kept tokens (0: no limit was set; the family bounds them from
+  // the prompts), `scheduler` is the run's (the schedules the jobs step through).
   virtual DeviceMemoryPlan device_memory(size_t weight_dtype_size, const std::vector<ImageJob>& jobs,
                                          int64_t text_tokens, const SchedulerConfig& scheduler) const = 0;
   // What a run of `jobs` holds in host memory on the CPU backend, and its costliest image's work.

@@ -64,7 +64,7 @@ ImageRecord image_record_of(const ImageJob& job) {
 }
 
 PngText png_metadata(const ImageRecord& r) {
-  DITBATCH_CHECK(r.max_sequence_length.has_value(), "image {}: a PNG is written once its prompt is encoded", r.index);
+  DITBATCH_CHECK(r.prompt_tokens.has_value(), "image {}: a PNG is written once its prompt is encoded", r.index);
   const float cfg = static_cast<float>(r.cfg);  // as the job held it: 4.1, not 4.099999904632568
   std::string parameters = r.prompt + a1111_lora_tags(r.loras) + "\n";
   if (r.true_cfg) parameters += "Negative prompt: " + r.negative_prompt + "\n";
@@ -72,7 +72,7 @@ PngText png_metadata(const ImageRecord& r) {
                             "Model hash: {}, Model: {}{}, Version: {}",
                             r.steps, cfg, r.seed, r.width, r.height, r.model_checksum.substr(0, 10), r.model,
                             a1111_lora_hashes(r.loras), build_version());
-  return {{"parameters", parameters},
+  PngText text = {{"parameters", parameters},
           {"prompt", r.prompt},
           {"negative_prompt", r.negative_prompt},
           {"seed", std::to_string(r.seed)},
@@ -82,9 +82,10 @@ PngText png_metadata(const ImageRecord& r) {
           {"scheduler", r.scheduler},
           {"loras", r.loras.dump()},
           {"model", r.model},
-          {"model_checksum", r.model_checksum},
-          {"max_sequence_length", std::to_string(*r.max_sequence_length)},
-          {"software", build_version()}};
+          {"model_checksum", r.model_checksum}};
+  if (r.max_sequence_length) text.emplace_back("max_sequence_length", std::to_string(*r.max_sequence_length));
+  text.emplace_back("software", build_version());
+  return text;
 }
 
 }  // namespace ditbatch

@@ -31,7 +31,8 @@ std::string png_path(const std::string& out_dir, const ImageJob& job);
 ImageRecord image_record_of(const ImageJob& job);
 
 // The PNG text chunks of an image, from its record (A1111 "parameters" first, then one chunk per
-// setting): the settings, LoRAs, scheduler, model and prompt token limit it was made with.
+// setting): the settings, LoRAs, scheduler, model and prompt token limit (where the family has
+// one) it was made with.
 PngText png_metadata(const ImageRecord& record);
 
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -28,18 +29,26 @@ std::string slugify(const std::string& text) {
 
 namespace {
 
-int64_t resolve_side(int64_t value, const char* what, const std::string& origin, const Log& log) {
-  if (value < kMinImageSide || value > kMaxImageSide)
-    fail_input("{}: {} {} is out of range ({}..{} pixels)", origin, what, value, kMinImageSide, kMaxImageSide);
-  if (value % 16 != 0) {
-    const int64_t floored = value / 16 * 16;
-    log.warn("{}: {} {} is not a multiple of 16; using {} (as diffusers does)", origin, what, value, floored);
+int64_t resolve_side(int64_t value, const char* what, const std::string& origin, const GenerationDefaults& d,
+                     const Log& log) {
+  const int64_t least = std::max(kMinImageSide, d.size_multiple);
+  if (value < least || value > kMaxImageSide)
+    fail_input("{}: {} {} is out of range ({}..{} pixels{})", origin, what, value, least, kMaxImageSide,
+               least > kMinImageSide ? fmt::format(" for {}", d.model) : "");
+  if (value % d.size_multiple != 0) {
+    const int64_t floored = value / d.size_multiple * d.size_multiple;
+    log.warn("{}: {} {} is not a multiple of {}; using {} (as diffusers does{})", origin, what, value, d.size_multiple,
+             floored, d.model.empty() ? "" : " for " + d.model);
     return floored;
   }
   return value;
 }
 
-int64_t check_steps(int64_t steps, const std::string& origin) {
+int64_t check_steps(int64_t steps, const std::string& origin, const GenerationDefaults& d) {
+  if (d.fixed_steps > 0 && steps != d.fixed_steps)
+    fail_input("{}: steps {}, but this {} checkpoint denoises over its own {} sample_sigmas (its model_index.json); "
+               "leave steps out",
+               origin, steps, d.model, d.fixed_steps);
   if (steps < kMinSteps || steps > kMaxSteps)
     fail_input("{}: steps {} is out of range ({}..{}; one step makes diffusers' shift_terminal schedule divide 0 "
                "by 0)",
@@ -97,9 +106,9 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
                                    const Log& log, const OutputLayout& layout) {
   // The command line's values are checked (and floored) once, under their option's name:
   // one warning, not one per prompt line that did not set them.
-  const int64_t width = resolve_side(d.width, "width", "--width", log);
-  const int64_t height = resolve_side(d.height, "height", "--height", log);
-  const int64_t steps = check_steps(d.steps, "--steps");
+  const int64_t width = resolve_side(d.width, "width", "--width", d, log);
+  const int64_t height = resolve_side(d.height, "height", "--height", d, log);
+  const int64_t steps = check_steps(d.steps, "--steps", d);
   const double cfg = check_cfg(d.cfg, "--cfg");
   check_prompt_text(d.negative_prompt, "negative_prompt", "--negative-prompt");
   std::vector<ImageJob> jobs;
@@ -119,9 +128,9 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
       fail_input("{}: --seed {} + index {} is past the largest seed (2^64 - 1); give a smaller --seed", e.origin, d.seed,
                  i);
     j.seed = e.seed ? *e.seed : d.seed + static_cast<uint64_t>(i);
-    j.width = e.width ? resolve_side(*e.width, "width", e.origin, log) : width;
-    j.height = e.height ? resolve_side(*e.height, "height", e.origin, log) : height;
-    j.steps = e.steps ? check_steps(*e.steps, e.origin) : steps;
+    j.width = e.width ? resolve_side(*e.width, "width", e.origin, d, log) : width;
+    j.height = e.height ? resolve_side(*e.height, "height", e.origin, d, log) : height;
+    j.steps = e.steps ? check_steps(*e.steps, e.origin, d) : steps;
     j.cfg = static_cast<float>(e.cfg ? check_cfg(*e.cfg, e.origin) : cfg);
     j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
     if (layout.tars()) {

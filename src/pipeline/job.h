@@ -13,12 +13,16 @@
 
 namespace ditbatch {
 
-// Command-line defaults, overridden per prompt by a jsonl line. The model card's settings.
+// Command-line defaults, overridden per prompt by a jsonl line: the model card's settings (each
+// family's, ImageModel::generation_defaults) and what the family's pipeline takes.
 struct GenerationDefaults {
   int64_t width = 1024, height = 1024, steps = 50;
   double cfg = 4.0;
   std::string negative_prompt = " ";
   uint64_t seed = 0;
+  int64_t size_multiple = 16;  // sides are floored to a multiple of this, as the pipeline does
+  int64_t fixed_steps = 0;     // > 0: the checkpoint's own sigma grid fixes the steps (2.1 Turbo)
+  std::string model;           // the family, for messages ("Qwen-Image-2.1")
 };
 
 inline const std::string kNoNegativePrompt;
@@ -51,8 +55,9 @@ struct ImageJob {
   int64_t grid_w() const { return width / 16; }
 };
 
-// Resolves and validates every entry before any work: sizes (multiples of 16 after flooring,
-// with a warning as diffusers gives; 0, negative or > 8192 px is an error), steps (>= 2),
+// Resolves and validates every entry before any work: sizes (multiples of defaults.size_multiple
+// after flooring, with a warning as diffusers gives; below it, or > 8192 px, is an error), steps
+// (>= 2; defaults.fixed_steps where a checkpoint fixes them),
 // cfg (>= 1), unique file names. Seeds: the entry's own, else defaults.seed + index. File
 // names: "<index>-<slug>" (six digits flat, nine sharded) or the entry's name, in the
 // layout's folder of the index; in WebDataset the index alone (nine digits), the sample's key.

@@ -8,9 +8,6 @@
 namespace ditbatch {
 namespace {
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-constexpr int64_t kMiB = int64_t{1} << 20;
-
 double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(kGiB); }
 
 }  // namespace

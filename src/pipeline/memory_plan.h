@@ -14,6 +14,8 @@
 
 namespace ditbatch {
 
+inline constexpr int64_t kGiB = int64_t{1} << 30, kMiB = int64_t{1} << 20;
+
 struct DeviceMemoryPlan {
   int64_t text_encoder = 0, transformer = 0, vae = 0;  // weight bytes in the backend's weight dtype
   int64_t denoise_activations = 0;  // transformer forward + VAE decode of the largest image (estimate)

@@ -2,7 +2,7 @@
 
 namespace ditbatch {
 
-Tensor postprocess_to_rgb8(Backend& be, const Tensor& decoded) {
+Tensor postprocess_to_u8(Backend& be, const Tensor& decoded) {
   // f32 first: in bf16 mode each step below would otherwise round to bf16.
   Tensor x = be.cast(decoded, DType::F32);
   be.scale_shift_(x, 0.5f, 0.5f);  // x / 2 + 0.5: halving is exact, as torch's division by 2
@@ -26,8 +26,9 @@ bool keep_decoded_image(Backend& be, const Tensor& decoded, GeneratedImage& imag
     image.error = fmt::format("NaN or Inf in {} of {} values of the decoded image (VAE)", bad, decoded.numel());
     return false;
   }
-  const Tensor rgb = be.to_host(postprocess_to_rgb8(be, decoded));
-  image.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
+  const Tensor pixels = be.to_host(postprocess_to_u8(be, decoded));  // [H, W, channels]
+  image.channels = static_cast<int>(pixels.dim(-1));
+  image.pixels.assign(pixels.data<uint8_t>(), pixels.data<uint8_t>() + pixels.numel());
   image.ok = true;
   return true;
 }

@@ -10,29 +10,19 @@
 
 namespace ditbatch {
 
-QwenImage21Sampler::QwenImage21Sampler(Backend& backend, Tokenizer& tokenizer, std::string template_text,
-                                       int64_t drop_idx, QwenTextEncoder& text_encoder,
-                                       QwenImage21Transformer& transformer, QwenImage21VaeDecoder& vae)
-    : be_(backend),
-      tokenizer_(tokenizer),
-      template_(std::move(template_text)),
-      drop_idx_(drop_idx),
-      text_encoder_(text_encoder),
-      transformer_(transformer),
-      vae_(vae) {}
-
-PromptEmbedding QwenImage21Sampler::encode_prompt(const std::string& prompt, StageTimes* times) {
+PromptEmbedding encode_prompt_21(Backend& be, Tokenizer& tokenizer, const PromptTemplate21& prompt_template,
+                                 QwenTextEncoder& text_encoder, const std::string& prompt, StageTimes* times) {
   Stopwatch watch;
   // Qwen has no bos token: an empty prompt would leave the encoder nothing to read (P21:249).
-  const std::vector<int64_t> ids = tokenizer_.encode(apply_prompt_template(template_, prompt.empty() ? " " : prompt));
+  const std::vector<int64_t> ids = tokenizer.encode(apply_prompt_template(prompt_template.text, prompt.empty() ? " " : prompt));
   const int64_t L = std::ssize(ids);
-  if (L <= drop_idx_)
-    fail_input("the templated prompt has {} tokens, not more than the {} the pipeline drops", L, drop_idx_);
-  const Tensor hidden = text_encoder_.encode(ids, nullptr, QwenTextEncoder::Output::BeforeFinalNorm);
+  const int64_t drop = prompt_template.drop_idx;
+  if (L <= drop) fail_input("the templated prompt has {} tokens, not more than the {} the pipeline drops", L, drop);
+  const Tensor hidden = text_encoder.encode(ids, nullptr, QwenTextEncoder::Output::BeforeFinalNorm);
   PromptEmbedding out;
-  out.tokens = out.available = out.uncut = L - drop_idx_;
-  out.embeds = be_.cast(hidden.slice0(drop_idx_, L), DType::F32);
-  be_.synchronize();
+  out.tokens = out.available = out.uncut = L - drop;
+  out.embeds = be.cast(hidden.slice0(drop, L), DType::F32);
+  be.synchronize();
   if (times) times->text_encoder += watch.seconds();
   return out;
 }
@@ -45,35 +35,38 @@ Tensor cfg_combine_without_rescale(Backend& be, const Tensor& cond, const Tensor
   return comb;
 }
 
-GeneratedImage QwenImage21Sampler::generate(const ImageJob& job, const Schedule& schedule,
-                                            const PromptEmbedding& prompt, const PromptEmbedding* negative,
-                                            const ImageGenerator::StepCallback& on_step, StageTimes& times) {
+GeneratedImage generate_21(Backend& be, QwenImage21Transformer& transformer, QwenImage21VaeDecoder& vae,
+                           const ImageJob& job, const Schedule& schedule, const PromptEmbedding& prompt,
+                           const PromptEmbedding* negative, const ImageGenerator::StepCallback& on_step,
+                           StageTimes& times) {
   DITBATCH_CHECK(!job.true_cfg || negative, "generate: true CFG needs a negative prompt embedding");
   GeneratedImage result;
   const int64_t h = job.height / 16, w = job.width / 16, S = h * w;
-  const int64_t channels = transformer_.config().in_channels;
+  const int64_t channels = transformer.config().in_channels;
   Stopwatch denoise_watch;
   // randn((1, 1, C, h, w)) on the host, packed by a plain flatten: [C, S] -> [S, C].
-  Tensor latents = be_.permute(
-      be_.upload(initial_noise(job.seed, channels, h, w), DType::F32).view({channels, S}), {1, 0});
+  Tensor latents = be.permute(
+      be.upload(initial_noise(job.seed, channels, h, w), DType::F32).view({channels, S}), {1, 0});
   Transformer21Cache cond_cache, negative_cache;
   for (int i = 0; i < schedule.steps(); ++i) {
     const bool first = i == 0;  // fills the caches; later steps read them
     const float tt = schedule.model_time(i);
-    Tensor velocity = transformer_.forward(latents, first ? &prompt.embeds : nullptr, tt, h, w, cond_cache);
+    Tensor velocity = transformer.forward(latents, first ? &prompt.embeds : nullptr, tt, h, w, cond_cache);
     if (job.true_cfg) {
       const Tensor negative_velocity =
-          transformer_.forward(latents, first ? &negative->embeds : nullptr, tt, h, w, negative_cache);
-      velocity = cfg_combine_without_rescale(be_, velocity, negative_velocity, job.cfg);
+          transformer.forward(latents, first ? &negative->embeds : nullptr, tt, h, w, negative_cache);
+      velocity = cfg_combine_without_rescale(be, velocity, negative_velocity, job.cfg);
     }
-    be_.axpy_(latents, schedule.dt(i), velocity);  // the scheduler's Euler step: x += dt * v
+    be.axpy_(latents, schedule.dt(i), velocity);  // the scheduler's Euler step: x += dt * v
     if (on_step) on_step(i + 1, schedule.steps());
   }
-  const bool finite = keep_final_latents(be_, latents, schedule.steps(), result);
+  cond_cache = {};  // the text K/V of every block: freed before the decode needs the memory
+  negative_cache = {};
+  const bool finite = keep_final_latents(be, latents, schedule.steps(), result);
   times.transformer += denoise_watch.seconds();
   if (!finite) return result;
   Stopwatch vae_watch;
-  keep_decoded_image(be_, vae_.decode_latents(latents, h, w), result);  // decoded: [H, W, 4] in [-1, 1]
+  keep_decoded_image(be, vae.decode_latents(latents, h, w), result);  // decoded: [H, W, 4] in [-1, 1]
   times.vae += vae_watch.seconds();
   return result;
 }

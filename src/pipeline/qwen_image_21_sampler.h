@@ -4,8 +4,9 @@
 // the seed's noise [C, h, w] packed by a plain flatten; each step the transformer (the first
 // filling the text's K/V cache, one per prompt), true CFG without the norm rescale, the Euler
 // step; z * std + mean, the VAE decode, RGBA uint8. One image at a time: every image is
-// independent of batch composition and placement. (The family's ImageGenerator wraps this with
-// the weight file's components.)
+// independent of batch composition and placement. The two halves take the components they use,
+// so the text encoder can be freed before the denoiser loads (the family's ImageGenerator,
+// pipeline/qwen_image_21_pipeline.h, holds them).
 #pragma once
 
 #include <string>
@@ -21,29 +22,23 @@
 
 namespace ditbatch {
 
-class QwenImage21Sampler {
- public:
-  // template_text: the prompt template ("{}" marks the prompt); drop_idx: its leading tokens the
-  // pipeline drops (those of its system turn).
-  QwenImage21Sampler(Backend& backend, Tokenizer& tokenizer, std::string template_text, int64_t drop_idx,
-                     QwenTextEncoder& text_encoder, QwenImage21Transformer& transformer, QwenImage21VaeDecoder& vae);
-
-  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr);
-  // schedule: the job's (make_schedule over its steps, or the checkpoint's sample_sigmas) for
-  // its (H/16)(W/16) image tokens. latents: [S, C] after the last step; rgb: [H, W, 4].
-  GeneratedImage generate(const ImageJob& job, const Schedule& schedule, const PromptEmbedding& prompt,
-                          const PromptEmbedding* negative, const ImageGenerator::StepCallback& on_step,
-                          StageTimes& times);
-
- private:
-  Backend& be_;
-  Tokenizer& tokenizer_;
-  std::string template_;
-  int64_t drop_idx_;
-  QwenTextEncoder& text_encoder_;
-  QwenImage21Transformer& transformer_;
-  QwenImage21VaeDecoder& vae_;
+// The prompt in its template: text ("{}" marks the prompt) and drop_idx, its leading tokens the
+// pipeline drops (those of its system turn).
+struct PromptTemplate21 {
+  std::string text;
+  int64_t drop_idx = 0;
 };
+
+// The text encoder's rows of the prompt, before its final norm, from the drop index on: [L, hidden].
+PromptEmbedding encode_prompt_21(Backend& be, Tokenizer& tokenizer, const PromptTemplate21& prompt_template,
+                                 QwenTextEncoder& text_encoder, const std::string& prompt, StageTimes* times = nullptr);
+
+// schedule: the job's (make_schedule over its steps, or the checkpoint's sample_sigmas) for its
+// (H/16)(W/16) image tokens. latents: [S, C] after the last step; pixels: [H, W, 4].
+GeneratedImage generate_21(Backend& be, QwenImage21Transformer& transformer, QwenImage21VaeDecoder& vae,
+                           const ImageJob& job, const Schedule& schedule, const PromptEmbedding& prompt,
+                           const PromptEmbedding* negative, const ImageGenerator::StepCallback& on_step,
+                           StageTimes& times);
 
 // Per row: neg + scale * (cond - neg), three rounded f32 ops as the 2.1 pipeline writes them (no
 // rescale to the conditioned prediction's norm, unlike Qwen-Image). cond, neg: f32 [S, C].

@@ -16,7 +16,10 @@ class QwenImageModel final : public ImageModel {
   explicit QwenImageModel(const WeightStore& weights);
 
   std::string pipeline_class() const override { return "QwenImagePipeline"; }
+  std::string family() const override { return "Qwen-Image"; }
+  GenerationDefaults generation_defaults() const override;
   int64_t default_max_sequence_length() const override;
+  std::vector<std::string> scheduler_presets() const override { return {"lightning"}; }
   LoraSet open_loras(const std::vector<LoraRequest>& requests) const override;
   DeviceMemoryPlan device_memory(size_t weight_dtype_size, const std::vector<ImageJob>& jobs, int64_t text_tokens,
                                  const SchedulerConfig& scheduler) const override;

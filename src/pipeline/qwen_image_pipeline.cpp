@@ -49,13 +49,7 @@ void QwenImagePipeline::check_configs(const WeightStore& weights) {
 }
 
 void QwenImagePipeline::load_text_encoder() {
-  if (text_encoder_) return;
-  Stopwatch load;
-  const Component component = weights_.component("text_encoder");
-  auto binder = reader_->binder(component, QwenTextEncoder::tensor_prefix(component));
-  text_encoder_ = std::make_unique<QwenTextEncoder>(be_, TextEncoderConfig::from(component.config()), *binder);
-  log_.info("text encoder loaded ({} layers, hidden {}) in {:.1f} s", text_encoder_->config().num_hidden_layers,
-            text_encoder_->config().hidden_size, load.seconds());
+  if (!text_encoder_) text_encoder_ = QwenTextEncoder::load(be_, weights_.component("text_encoder"), *reader_, log_);
 }
 
 PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, StageTimes* times) {

@@ -175,8 +175,8 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
       std::optional<PromptEmbedding> negative;
       if (job.true_cfg) negative = embeddings.get(job.negative_prompt, true, times);
       // What decides which encoder rows the image saw: on resume, a changed limit matters
-      // only to a prompt longer than it.
-      record.max_sequence_length = provenance.max_sequence_length;
+      // only to a prompt longer than it. (A family that encodes the whole prompt has none.)
+      if (provenance.max_sequence_length > 0) record.max_sequence_length = provenance.max_sequence_length;
       record.prompt_tokens = prompt.available;
       if (negative) record.negative_prompt_tokens = negative->available;
       if (prompt.uncut > prompt.tokens)
@@ -217,7 +217,7 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
       try {
         if (!job.folder.empty() && folders_made.insert(job.folder).second) make_output_folder(opt.out_dir, job.folder);
         const std::string bytes =
-            write_png_atomic(png, image.rgb.data(), job.width, job.height, png_metadata(record));
+            write_png_atomic(png, image.pixels.data(), job.width, job.height, image.channels, png_metadata(record));
         png_written = true;
         record.file_stat = written_file_stat(png);
         if (opt.write_latents) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#include "pipeline/image_model.h"
 #include "selftest/op_cases.h"
 #include "selftest/op_check.h"
 #include "selftest/pipeline_check.h"
@@ -115,17 +116,17 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
     TempFolder temp(o.temp_dir);
     std::unique_ptr<Backend> be = make(act);
     const bool on_cpu = be->device() == Device::Host;
-    const std::string model = temp / "tiny.h5";
-    bool have_model = true;
-    try {
-      write_tiny_model(model, o.tokenizer_dir);
-    } catch (const InputError& e) {  // no tokenizer at hand: say so, the other checks still count
-      report.add(CheckRow{group, "tiny model", Status::Skip, "", e.what()});
-      have_model = false;
-    }
-    if (have_model) {
+    // Each family's tiny model on this backend against the CPU's images.
+    for (const auto& [family, label] : {std::pair{"qwen-image", "tiny model"}, std::pair{"qwen-image-2.1", "tiny 2.1 model"}}) {
+      const std::string model = temp / fmt::format("tiny-{}.h5", family);
+      try {
+        write_tiny_model(model, o.tokenizer_dir, family);
+      } catch (const InputError& e) {  // no tokenizer at hand: say so, the other checks still count
+        report.add(CheckRow{group, label, Status::Skip, "", e.what()});
+        continue;
+      }
       const WeightStore weights = WeightStore::open(model);
-      const std::vector<ImageJob> jobs = tiny_pipeline_jobs();
+      const std::vector<ImageJob> jobs = tiny_pipeline_jobs(ImageModel::open(weights)->generation_defaults());
       std::vector<GeneratedImage> reference;
       std::string against = "the cpu backend";
       if (on_cpu) {
@@ -140,13 +141,14 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
       }
       const std::vector<GeneratedImage> images = run_pipeline(*be, weights, jobs, log);
       std::vector<Tensor> latents;
-      std::vector<std::vector<uint8_t>> rgb;
+      std::vector<std::vector<uint8_t>> pixels;
       for (const auto& r : reference) {
         if (!r.ok) fail("the reference run failed: {}", r.error);
         latents.push_back(r.latents);
-        rgb.push_back(r.rgb);
+        pixels.push_back(r.pixels);
       }
-      add_image_rows(report, group + " (tiny model)", jobs, images, latents, rgb, image_bound(act, on_cpu), against);
+      add_image_rows(report, fmt::format("{} ({})", group, label), jobs, images, latents, pixels,
+                     image_bound(act, on_cpu), against);
     }
     if (o.goldens.empty()) {
       report.add(CheckRow{group + " (diffusers)", "goldens", Status::Skip, "", "diffusers' outputs " + o.no_goldens_why});
@@ -157,16 +159,16 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
     const WeightStore weights = WeightStore::open(golden_model);
     std::vector<ImageJob> jobs;
     std::vector<Tensor> latents;
-    std::vector<std::vector<uint8_t>> rgb;
+    std::vector<std::vector<uint8_t>> pixels;
     for (auto& c : golden_cases(o.goldens, o.quick)) {
       jobs.push_back(c.job);
       latents.push_back(c.latents);
-      rgb.push_back(std::move(c.rgb));
+      pixels.push_back(std::move(c.pixels));
     }
     const std::vector<GeneratedImage> images = run_pipeline(*be, weights, jobs, log);
     // On the CPU in f32 the bar of the golden tests; elsewhere that of the backend's mode.
     const ImageBound bound = on_cpu ? ImageBound{1e-10, 50.0, 1} : image_bound(act, false);
-    add_image_rows(report, group + " (diffusers)", jobs, images, latents, rgb, bound, "diffusers");
+    add_image_rows(report, group + " (diffusers)", jobs, images, latents, pixels, bound, "diffusers");
   } catch (const std::exception& e) {
     report.add_error(group, e.what());
   }

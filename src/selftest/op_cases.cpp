@@ -648,7 +648,7 @@ std::vector<OpCase> all_op_cases() {
     c.name = "postprocess_to_rgb8";
     c.nmse_bound = 0.0;
     c.inputs = {{random_tensor({7, 9, 3}, 54, 1.3f), InputKind::Activation}};
-    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_rgb8(be, in[0]); };
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_u8(be, in[0]); };
     c.reference = [](const std::vector<Tensor>& in) {
       std::vector<double> y;
       for (int64_t i = 0; i < in[0].numel(); ++i) {
@@ -679,7 +679,7 @@ std::vector<OpCase> all_op_cases() {
     expected.push_back(0.0f);
     const int64_t n = static_cast<int64_t>(xs.size());
     c.inputs = {{Tensor::host_f32({n}, xs), InputKind::Fp32}};
-    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_rgb8(be, in[0]); };
+    c.run = [](Backend& be, std::vector<Tensor>& in) { return postprocess_to_u8(be, in[0]); };
     c.reference = [expected](const std::vector<Tensor>&) { return std::vector<double>(expected.begin(), expected.end()); };
     cases.push_back(c);
   }

@@ -22,9 +22,9 @@ ImageAgreement compare_images(const GeneratedImage& image, const Tensor& referen
     return a;
   }
   const Tensor got = image.latents.to_f32(), ref = reference_latents.to_f32();
-  if (got.numel() != ref.numel() || image.rgb.size() != reference_rgb.size()) {
+  if (got.numel() != ref.numel() || image.pixels.size() != reference_rgb.size()) {
     a.error = fmt::format("latents {} / image {} values where the reference has {} / {}", got.numel(),
-                          image.rgb.size(), ref.numel(), reference_rgb.size());
+                          image.pixels.size(), ref.numel(), reference_rgb.size());
     return a;
   }
   double num = 0, den = 0;
@@ -38,7 +38,7 @@ ImageAgreement compare_images(const GeneratedImage& image, const Tensor& referen
   int64_t equal = 0;
   double mse = 0;
   for (size_t i = 0; i < reference_rgb.size(); ++i) {
-    const int64_t d = std::abs(int64_t{image.rgb[i]} - int64_t{reference_rgb[i]});
+    const int64_t d = std::abs(int64_t{image.pixels[i]} - int64_t{reference_rgb[i]});
     equal += d == 0;
     a.max_pixel_diff = std::max(a.max_pixel_diff, d);
     mse += static_cast<double>(d * d);
@@ -67,7 +67,7 @@ std::string image_failure(const ImageAgreement& a, const ImageBound& bound) {
   return "";
 }
 
-std::vector<ImageJob> tiny_pipeline_jobs() {
+std::vector<ImageJob> tiny_pipeline_jobs(const GenerationDefaults& family) {
   std::vector<ImageJob> jobs(2);
   // Strings are constructed, then moved in: gcc 12 -O2 -Wrestrict misreads assignments from a literal here.
   jobs[0].prompt = std::string("a cat");
@@ -77,9 +77,11 @@ std::vector<ImageJob> tiny_pipeline_jobs() {
     j.index = static_cast<int64_t>(i);
     j.negative_prompt = std::string(" ");
     j.seed = 42 + i;
-    j.width = i == 0 ? 64 : 48;
-    j.height = i == 0 ? 48 : 64;
-    j.steps = 3;
+    // Non-square both ways, at the family's size multiple (48 is no multiple of 32).
+    const int64_t short_side = family.size_multiple == 16 ? 48 : family.size_multiple;
+    j.width = i == 0 ? 64 : short_side;
+    j.height = i == 0 ? short_side : 64;
+    j.steps = family.fixed_steps > 0 ? family.fixed_steps : 3;
     j.cfg = 4.0f;
     j.true_cfg = true;
     j.file_stem = fmt::format("{:06d}-selftest", i);
@@ -88,9 +90,10 @@ std::vector<ImageJob> tiny_pipeline_jobs() {
   return jobs;
 }
 
-void write_tiny_model(const std::string& path, const std::string& tokenizer_dir) {
+void write_tiny_model(const std::string& path, const std::string& tokenizer_dir, const std::string& model) {
   TinyPipelineOptions o;
   o.out = path;
+  o.model = model;
   o.seed = 5;
   o.tokenizer_dir = tokenizer_dir;
   make_tiny_pipeline(o, Log::quiet());
@@ -148,7 +151,7 @@ std::vector<GoldenCase> golden_cases(const std::string& goldens, bool quick) {
     c.latents = g.read_tensor("final_latents").to_f32();
     c.latents = c.latents.view({c.latents.numel() / c.latents.dim(-1), c.latents.dim(-1)});  // [1, S, 64] -> [S, 64]
     const Tensor rgb = g.read_tensor("image_uint8");
-    c.rgb.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
+    c.pixels.assign(rgb.data<uint8_t>(), rgb.data<uint8_t>() + rgb.numel());
     out.push_back(std::move(c));
   }
   return out;

@@ -43,10 +43,13 @@ ImageBound image_bound(DType act, bool bitwise);
 // Empty when `a` meets `bound`, else what it missed.
 std::string image_failure(const ImageAgreement& a, const ImageBound& bound);
 
-// The tiny model's jobs: prompts of different lengths, 3 steps, true CFG 4, 64x48 and 48x64.
-std::vector<ImageJob> tiny_pipeline_jobs();
-// make-tiny's pipeline (seed 5) at `path`; `tokenizer_dir` empty: make-tiny's default.
-void write_tiny_model(const std::string& path, const std::string& tokenizer_dir);
+// A tiny model's jobs: prompts of different lengths, 3 steps (or the family's fixed count), true
+// CFG 4, 64x48 and 48x64 (at a size multiple of 32: 64x32 and 32x64).
+std::vector<ImageJob> tiny_pipeline_jobs(const GenerationDefaults& family);
+// make-tiny's pipeline of `model` (make-tiny --model, seed 5) at `path`; `tokenizer_dir` empty:
+// make-tiny's default.
+void write_tiny_model(const std::string& path, const std::string& tokenizer_dir,
+                      const std::string& model = "qwen-image");
 // Makes every job's image on `be` (the weights of `weights`, loaded once).
 std::vector<GeneratedImage> run_pipeline(Backend& be, const WeightStore& weights, const std::vector<ImageJob>& jobs,
                                          const Log& log);
@@ -59,7 +62,7 @@ ImageJob golden_job(const h5::Group& g);
 struct GoldenCase {
   ImageJob job;
   Tensor latents;            // diffusers' final packed latents [S, 64]
-  std::vector<uint8_t> rgb;  // diffusers' uint8 image [H, W, 3]
+  std::vector<uint8_t> pixels;  // diffusers' uint8 image [H, W, channels]
 };
 // Cases of goldens/pipeline.h5 (every third: both sizes, with and without CFG).
 std::vector<GoldenCase> golden_cases(const std::string& goldens, bool quick);

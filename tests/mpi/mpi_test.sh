@@ -2,7 +2,7 @@
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
 # usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | sharded | webdataset | idle |
 #        empty | failure | kill-rerun | kill-rerun-sharded | kill-rerun-webdataset | weights-once |
-#        selftest | lora)
+#        selftest | lora | qwen-image-21)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -275,6 +275,45 @@ for a in sorted(Path(sys.argv[1]).glob("*.png")):
     assert pixels(a) != pixels(Path(sys.argv[2]) / a.name), f"{a.name}: the same pixels with and without the LoRAs"
 print("every image's pixels differ from the run without the LoRAs")
 PY
+    ;;
+  qwen-image-21)
+    # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
+    # for -n 1 and -n 3 in every shard mode, with CFG on some prompts and mixed sizes (its sides
+    # multiples of 32); its WebDataset tars hold the flat layout's images.
+    model21="$work/tiny21.h5"
+    "$exe" make-tiny --model qwen-image-2.1 --seed 3 --out "$model21" > "$work/make.log" 2>&1 || { cat "$work/make.log"; fail "make-tiny"; }
+    gen21() { local n=$1 out=$2; shift 2; mpiexec -n "$n" "$exe" generate --weights "$model21" --out "$out" --steps 3 "$@"; }
+    python3 - > "$work/p21.jsonl" <<'PY'
+import json
+for i in range(7):
+    line = {"prompt": f"test prompt number {i}, a small scene", "width": 64 if i % 3 else 32, "height": 32}
+    if i % 2:
+        line["cfg"] = 3.0
+    print(json.dumps(line))
+PY
+    gen21 1 "$work/ref" --prompts "$work/p21.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/ref" 7
+    for shard in contiguous strided dynamic; do
+      gen21 3 "$work/n3-$shard" --prompts "$work/p21.jsonl" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+      check "$work/n3-$shard" 7 "$work/ref"
+    done
+    python3 - "$work/ref" <<'PY' || fail "the 2.1 images are not RGBA with the CFG the prompts asked for"
+import json, struct, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for line in map(json.loads, (out / "manifest.jsonl").read_text().splitlines()):
+    data = (out / line["file"]).read_bytes()
+    width, height, depth, color = struct.unpack(">IIBB", data[16:26])
+    assert (depth, color) == (8, 6), f"{line['file']}: bit depth {depth}, colour type {color} (RGBA is 8, 6)"
+    assert (width, height) == (line["width"], line["height"]), line["file"]
+    assert line["true_cfg"] == (line["index"] % 2 == 1), line
+    assert "max_sequence_length" not in line, line
+print("7 RGBA PNGs")
+PY
+    wds=(--prompts "$work/p21.jsonl" --output-format webdataset --images-per-tar 3)
+    gen21 3 "$work/wds" "${wds[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 webdataset"; }
+    check_tars "$work/wds" 7 3 "$work/ref"
     ;;
   *) fail "unknown case $case_name" ;;
 esac

@@ -223,8 +223,8 @@ TEST_P(CudaGolden, WholePipeline) {
     ASSERT_TRUE(image.ok) << image.error;
     const double err = test::nmse(image.latents, squeeze0(g.read_tensor("final_latents")));
     Tensor expected = g.read_tensor("image_uint8");
-    ASSERT_EQ(static_cast<int64_t>(image.rgb.size()), expected.numel());
-    const double psnr = test::rgb_agreement(image.rgb.data(), expected.numel(), expected).psnr_db;
+    ASSERT_EQ(static_cast<int64_t>(image.pixels.size()), expected.numel());
+    const double psnr = test::rgb_agreement(image.pixels.data(), expected.numel(), expected).psnr_db;
     worst_nmse = std::max(worst_nmse, err);
     worst_psnr = std::min(worst_psnr, psnr);
     EXPECT_LE(err, act == DType::F32 ? 1e-7 : 1e-3) << "final latents";

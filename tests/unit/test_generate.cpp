@@ -302,23 +302,34 @@ TEST(Generate, NanWeightFailsTheImageNotTheRun) {
 
 // A weight file of a family ditbatch does not run (its pipeline class, from model_index.json) is
 // refused before anything is made, naming the class and what ditbatch runs; inspect still
-// describes it.
+// describes it. A file whose class says 2.1 but whose components are Qwen-Image's is refused by
+// the 2.1 family's config check, naming the file, before the output folder exists.
 TEST(Generate, AWeightFileOfAnotherFamilyIsRefusedNamingIt) {
   TempDir dir;
   test::rewrite_weights(test::tiny_model(), dir / "other.h5", {.root = [](const std::string& attr, std::string& value) {
-                          if (attr == "pipeline_class") value = "QwenImage21Pipeline";
+                          if (attr == "pipeline_class") value = "FluxPipeline";
                         }});
   auto r = test::run(fmt::format("{} generate --weights {} --out {} --width 32 --height 32 --steps 2 --prompt a",
                                  test::exe(), dir / "other.h5", dir / "out"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("other.h5: pipeline class 'QwenImage21Pipeline': ditbatch runs QwenImagePipeline"),
+  EXPECT_NE(r.output.find("other.h5: pipeline class 'FluxPipeline': ditbatch runs QwenImagePipeline, "
+                          "QwenImage21Pipeline"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "out")) << "the output folder was made before the file was refused";
   r = test::run(fmt::format("{} inspect {}", test::exe(), dir / "other.h5"));
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("pipeline_class: QwenImage21Pipeline"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pipeline_class: FluxPipeline"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(no estimate: "), std::string::npos) << r.output;
+
+  test::rewrite_weights(test::tiny_model(), dir / "mislabelled.h5", {.root = [](const std::string& attr, std::string& value) {
+                          if (attr == "pipeline_class") value = "QwenImage21Pipeline";
+                        }});
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt a", test::exe(), dir / "mislabelled.h5",
+                            dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("mislabelled.h5"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
 // A full output folder (here a 300 KB tmpfs: one 256x256 noise PNG of ~200 KB fits) stops the

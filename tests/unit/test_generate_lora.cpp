@@ -49,9 +49,9 @@ PngImage generate_like_diffusers(const h5::Group& g, const std::string& out, con
   if (r.status != 0) return {};
   PngImage png = read_png(out + "/" + only_png(out));
   const Tensor expected = g.read_tensor("image_uint8");
-  EXPECT_EQ(static_cast<int64_t>(png.rgb.size()), expected.numel());
-  if (static_cast<int64_t>(png.rgb.size()) != expected.numel()) return {};
-  const test::RgbAgreement a = test::rgb_agreement(png.rgb.data(), expected.numel(), expected);
+  EXPECT_EQ(static_cast<int64_t>(png.pixels.size()), expected.numel());
+  if (static_cast<int64_t>(png.pixels.size()) != expected.numel()) return {};
+  const test::RgbAgreement a = test::rgb_agreement(png.pixels.data(), expected.numel(), expected);
   EXPECT_LE(a.max_diff, 1);
   EXPECT_GE(a.equal_fraction, 0.999);
   return png;
@@ -72,7 +72,7 @@ TEST(GenerateLora, TheLightningCommandLineMakesDiffusersImage) {
   TempDir dir;
   const PngImage png =
       generate_like_diffusers(g, dir / "out", "--lora " + lora_file("comfy_bf16.safetensors") + " --scheduler lightning");
-  ASSERT_FALSE(png.rgb.empty());
+  ASSERT_FALSE(png.pixels.empty());
   const std::string name = only_png(dir / "out");
   auto t = text_of(png);
   EXPECT_NE(t["scheduler"].find("base_shift=1.0986122886681098, max_shift=1.0986122886681098"), std::string::npos)
@@ -104,7 +104,7 @@ TEST(GenerateLora, TwoLorasMakeDiffusersImageInEitherOrder) {
                     comfy = "--lora " + lora_file("comfy_bf16.safetensors");
   TempDir dir;
   const PngImage png = generate_like_diffusers(g, dir / "out", kohya + " " + comfy);
-  ASSERT_FALSE(png.rgb.empty());
+  ASSERT_FALSE(png.pixels.empty());
   auto t = text_of(png);
   EXPECT_NE(t["parameters"].find("hello world <lora:kohya:0.7> <lora:comfy_bf16:1>\n"), std::string::npos)
       << t["parameters"];

@@ -348,7 +348,7 @@ TEST(HostileWeights, AFileOfFormat2StillLoadsAndIsChecked) {
   auto v3 = test::run(small_run(test::tiny_model(), dir / "out3", "--prompt x"));
   ASSERT_EQ(v3.status, 0) << v3.output;
   const std::string png = "000000-x.png";
-  EXPECT_EQ(read_png(out + "/" + png).rgb, read_png(dir / "out3" + "/" + png).rgb);
+  EXPECT_EQ(read_png(out + "/" + png).pixels, read_png(dir / "out3" + "/" + png).pixels);
 
   scale_proj_out_in_place(dir / "v2.h5");
   auto edited = test::run(small_run(dir / "v2.h5", dir / "out4", "--prompt x"));

@@ -60,7 +60,7 @@ GeneratedImage run_case(const LoraCase& c, const std::vector<LoraRequest>& loras
   WeightStore weights = WeightStore::open(test::golden_weights());
   QwenImagePipeline pipeline(be, weights, log);
   pipeline.use_scheduler(resolve_scheduler(pipeline.model_scheduler_config(), c.scheduler, ""));
-  pipeline.use_loras(LoraSet::open(loras, TransformerConfig::from(weights.component("transformer").config())));
+  pipeline.use_loras(LoraSet::open(loras, QwenImageTransformer::lora_targets(TransformerConfig::from(weights.component("transformer").config()))));
   if (per_step)
     pipeline.load_denoiser();
   else
@@ -105,8 +105,8 @@ TEST_P(LoraGolden, MatchesDiffusers) {
   // diffusers' run without the LoRAs is far from this one: the match above is the LoRAs'.
   EXPECT_GT(test::nmse(image.latents, test::squeeze0(g.read_tensor("final_latents_without_lora"))), 1e-4);
   const Tensor expected_u8 = g.read_tensor("image_uint8");
-  ASSERT_EQ(static_cast<int64_t>(image.rgb.size()), expected_u8.numel());
-  const test::RgbAgreement agreement = test::rgb_agreement(image.rgb.data(), expected_u8.numel(), expected_u8);
+  ASSERT_EQ(static_cast<int64_t>(image.pixels.size()), expected_u8.numel());
+  const test::RgbAgreement agreement = test::rgb_agreement(image.pixels.data(), expected_u8.numel(), expected_u8);
   EXPECT_LE(agreement.max_diff, 1);
   EXPECT_GE(agreement.equal_fraction, 0.999);
 }
@@ -119,7 +119,7 @@ TEST(LoraGoldenFile, CoversEveryFormatStrengthAndLightning) {
   bool two_at_once = false, strength_07 = false, lightning_8_no_cfg = false, top_level_and_mod = false;
   for (const std::string& name : f.root().open_group("cases").members()) {
     const LoraCase c = read_case(f.root().open_group("cases").open_group(name));
-    const LoraSet set = LoraSet::open(c.loras, tiny_transformer_config());
+    const LoraSet set = LoraSet::open(c.loras, QwenImageTransformer::lora_targets(tiny_transformer_config()));
     for (const LoraFile& file : set.files()) formats.insert(file.formats);
     two_at_once |= c.loras.size() == 2;
     for (const LoraRequest& r : c.loras) strength_07 |= r.strength == 0.7;
@@ -204,7 +204,7 @@ TEST(LoraMerge, OrderAndConditioningAtLoadChangeNoBit) {
   ASSERT_TRUE(a.ok && b.ok && per_step.ok);
   EXPECT_EQ(std::memcmp(a.latents.raw(), b.latents.raw(), a.latents.nbytes()), 0);
   EXPECT_EQ(std::memcmp(a.latents.raw(), per_step.latents.raw(), a.latents.nbytes()), 0);
-  EXPECT_EQ(a.rgb, per_step.rgb);
+  EXPECT_EQ(a.pixels, per_step.pixels);
 }
 
 namespace {
@@ -221,7 +221,7 @@ std::vector<test::StTensor> tensors_of(const std::string& path) {
 }
 
 std::string lora_error(const std::vector<LoraRequest>& requests) {
-  return test::input_error_of([&] { LoraSet::open(requests, tiny_transformer_config()); });
+  return test::input_error_of([&] { LoraSet::open(requests, QwenImageTransformer::lora_targets(tiny_transformer_config())); });
 }
 
 void expect_has(const std::string& message, const std::vector<std::string>& parts) {
@@ -238,8 +238,8 @@ TEST(LoraFormats, TransformerPrefixWithAlphaIsTheUnprefixedFile) {
   std::vector<test::StTensor> tensors = tensors_of(lora_file("peft_alpha.safetensors"));
   for (auto& t : tensors) t.name = "transformer." + t.name;
   test::write_text(dir / "prefixed.safetensors", test::safetensors_bytes(tensors));
-  const LoraSet prefixed = LoraSet::open({{dir / "prefixed.safetensors", 1.0}}, tiny_transformer_config());
-  const LoraSet plain = LoraSet::open({{lora_file("peft_alpha.safetensors"), 1.0}}, tiny_transformer_config());
+  const LoraSet prefixed = LoraSet::open({{dir / "prefixed.safetensors", 1.0}}, QwenImageTransformer::lora_targets(tiny_transformer_config()));
+  const LoraSet plain = LoraSet::open({{lora_file("peft_alpha.safetensors"), 1.0}}, QwenImageTransformer::lora_targets(tiny_transformer_config()));
   ASSERT_EQ(prefixed.patches().size(), plain.patches().size());
   for (const auto& [module, patches] : plain.patches()) {
     ASSERT_TRUE(prefixed.patches().count(module)) << module;
@@ -361,7 +361,7 @@ TEST(LoraInput, ANonFiniteValue) {
 
 TEST(LoraSet, TravelsToOtherRanksAsJson) {
   const LoraSet set = LoraSet::open({{lora_file("kohya.safetensors"), 0.7}, {lora_file("mixed_f16.safetensors"), -0.5}},
-                                    tiny_transformer_config());
+                                    QwenImageTransformer::lora_targets(tiny_transformer_config()));
   const LoraSet back = LoraSet::from_json(set.to_json());
   EXPECT_EQ(back.to_json(), set.to_json());
   EXPECT_EQ(back.provenance(), set.provenance());

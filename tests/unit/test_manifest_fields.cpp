@@ -80,7 +80,7 @@ class ManifestFieldsTest : public ::testing::Test {
     png = out / (job.file_stem + ".png");
     std::vector<uint8_t> rgb(64 * 64 * 3);
     for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 37 + 11);
-    write_png_atomic(png, rgb.data(), 64, 64, {});
+    write_png_atomic(png, rgb.data(), 64, 64, 3, {});
     stat = *stat_regular_file(png);
     sha256 = sha256_file(png);
     // The line as ditbatch writes it (cfg from a float, seed unsigned, tokens and timings).

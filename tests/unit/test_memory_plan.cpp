@@ -24,8 +24,6 @@ int64_t spec_bytes(const std::vector<WeightSpec>& specs, int64_t dtype_size) {
   return n * dtype_size;
 }
 
-constexpr int64_t kGiB = int64_t{1} << 30;
-
 }  // namespace
 
 TEST(MemoryPlan, WeightBytesAreWhatTheModelsBind) {

@@ -34,8 +34,10 @@ TEST(Pipeline21Golden, TextToImageAsDiffusersMakesIt) {
   QwenImage21VaeDecoder vae(be, Vae21Config::from(config_of(vae_file, "config_json", "vae_21.h5")),
                             test::GoldenWeights(vae_file.root().open_group("weights")));
   Tokenizer tokenizer = Tokenizer::from_folder(test::golden("tiny-pipeline/tokenizer"));
-  QwenImage21Sampler sampler(be, tokenizer, te_file.root().attr_string("template"), te_file.root().attr_int("drop_idx"),
-                             text_encoder, transformer, vae);
+  const PromptTemplate21 prompt_template{te_file.root().attr_string("template"), te_file.root().attr_int("drop_idx")};
+  auto encode = [&](const std::string& prompt) {
+    return encode_prompt_21(be, tokenizer, prompt_template, text_encoder, prompt);
+  };
   const SchedulerConfig base = SchedulerConfig::from(config_of(f, "scheduler_config", "pipeline_21.h5"));
   const SchedulerConfig turbo = SchedulerConfig::from(config_of(f, "turbo_scheduler_config", "pipeline_21.h5"));
   const std::vector<double> turbo_sigmas = f.root().attr_doubles("turbo_sample_sigmas");
@@ -44,7 +46,7 @@ TEST(Pipeline21Golden, TextToImageAsDiffusersMakesIt) {
   h5::Group te_prompts = te_file.root().open_group("prompts");
   for (const auto& name : te_prompts.members()) {
     h5::Group g = te_prompts.open_group(name);
-    EXPECT_LE(test::nmse(be.to_host_f32(sampler.encode_prompt(g.attr_string("prompt")).embeds),
+    EXPECT_LE(test::nmse(be.to_host_f32(encode(g.attr_string("prompt")).embeds),
                          g.read_tensor("prompt_embeds")),
               1e-10)
         << "text encoder prompt " << name;
@@ -65,11 +67,11 @@ TEST(Pipeline21Golden, TextToImageAsDiffusersMakesIt) {
     job.true_cfg = job.cfg > 1.0f && g.has_dataset("negative_prompt_embeds");
     SCOPED_TRACE(fmt::format("case {}: {}x{}, {} steps, cfg {}, seed {}", name, job.width, job.height, job.steps,
                              job.cfg, job.seed));
-    const PromptEmbedding prompt = sampler.encode_prompt(job.prompt);
+    const PromptEmbedding prompt = encode(job.prompt);
     EXPECT_LE(test::nmse(be.to_host_f32(prompt.embeds), g.read_tensor("prompt_embeds")), 1e-10);
     std::optional<PromptEmbedding> negative;
     if (job.true_cfg) {
-      negative = sampler.encode_prompt(job.negative_prompt);
+      negative = encode(job.negative_prompt);
       EXPECT_LE(test::nmse(be.to_host_f32(negative->embeds), g.read_tensor("negative_prompt_embeds")), 1e-10);
     }
     const int64_t S = (job.height / 16) * (job.width / 16);
@@ -78,14 +80,14 @@ TEST(Pipeline21Golden, TextToImageAsDiffusersMakesIt) {
     EXPECT_EQ(schedule.steps(), g.attr_int("turbo") ? 8 : job.steps);
     int steps = 0;
     StageTimes times;
-    const GeneratedImage image = sampler.generate(job, schedule, prompt, negative ? &*negative : nullptr,
-                                                  [&](int, int) { ++steps; }, times);
+    const GeneratedImage image = generate_21(be, transformer, vae, job, schedule, prompt, negative ? &*negative : nullptr,
+                                             [&](int, int) { ++steps; }, times);
     ASSERT_TRUE(image.ok) << image.error;
     EXPECT_EQ(steps, schedule.steps());
     EXPECT_LE(test::nmse(image.latents, g.read_tensor("latents")), 1e-9);
     const Tensor expected = g.read_tensor("image_uint8");  // [H, W, 4]
-    ASSERT_EQ(std::ssize(image.rgb), expected.numel());
-    const test::RgbAgreement agreement = test::rgb_agreement(image.rgb.data(), expected.numel(), expected);
+    ASSERT_EQ(std::ssize(image.pixels), expected.numel());
+    const test::RgbAgreement agreement = test::rgb_agreement(image.pixels.data(), expected.numel(), expected);
     EXPECT_LE(agreement.max_diff, 1);
     EXPECT_GE(agreement.equal_fraction, 0.999);
     ++checked;

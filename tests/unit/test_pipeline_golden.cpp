@@ -61,8 +61,8 @@ TEST_P(PipelineGolden, MatchesDiffusers) {
   EXPECT_LT(test::max_abs_diff(image.latents, final_latents), 1e-4);
 
   Tensor expected_u8 = g.read_tensor("image_uint8");
-  ASSERT_EQ(static_cast<int64_t>(image.rgb.size()), expected_u8.numel());
-  const test::RgbAgreement agreement = test::rgb_agreement(image.rgb.data(), expected_u8.numel(), expected_u8);
+  ASSERT_EQ(static_cast<int64_t>(image.pixels.size()), expected_u8.numel());
+  const test::RgbAgreement agreement = test::rgb_agreement(image.pixels.data(), expected_u8.numel(), expected_u8);
   EXPECT_LE(agreement.max_diff, 1);
   EXPECT_GE(agreement.equal_fraction, 0.999);
 }
@@ -98,7 +98,7 @@ TEST(PipelineConditioning, AtLoadGivesTheSameImages) {
     const GeneratedImage b = at_load.generate(job, prompt, negative ? &*negative : nullptr, nullptr, times);
     ASSERT_TRUE(a.ok && b.ok) << a.error << b.error;
     EXPECT_EQ(std::memcmp(a.latents.raw(), b.latents.raw(), a.latents.nbytes()), 0);
-    EXPECT_EQ(a.rgb, b.rgb);
+    EXPECT_EQ(a.pixels, b.pixels);
   }
   // an image outside the plan fails, it is not silently computed with missing weights
   ImageJob other = jobs[0];

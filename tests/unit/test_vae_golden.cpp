@@ -83,7 +83,7 @@ TEST(VaeGolden, DecodesThePipelinesFinalLatents) {
     }
     EXPECT_LT(worst, 1e-4);
     // output_type="pil": round(x * 255) of that
-    Tensor rgb = postprocess_to_rgb8(be, decoded);
+    Tensor rgb = postprocess_to_u8(be, decoded);
     Tensor expected_u8 = g.read_tensor("image_uint8");
     ASSERT_EQ(rgb.numel(), expected_u8.numel());
     const test::RgbAgreement a = test::rgb_agreement(rgb.data<uint8_t>(), rgb.numel(), expected_u8);

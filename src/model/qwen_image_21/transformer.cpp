@@ -88,6 +88,21 @@ QwenImage21Transformer::QwenImage21Transformer(Backend& backend, const Transform
                            DType::F32);
 }
 
+LoraTargets QwenImage21Transformer::lora_targets(const Transformer21Config& config) {
+  return {fmt::format("this Qwen-Image-2.1 transformer ({} blocks, inner dim {})", config.num_layers, config.inner_dim()),
+          config.num_layers, weight_specs(config)};
+}
+
+double QwenImage21Transformer::forward_flops(const Transformer21Config& c, int64_t S, int64_t L, bool cached) {
+  const double D = static_cast<double>(c.inner_dim()), F = static_cast<double>(c.ff_dim());
+  const double rows = static_cast<double>(cached ? S : S + L), keys = static_cast<double>(S + L);
+  const double per_block = 2.0 * rows * (4.0 * D * D + 3.0 * D * F)  // q, k, v, out; the gated MLP's three
+                           + 2.0 * 2.0 * rows * keys * D;            // QK^T and PV over all heads
+  const double text_in = cached ? 0.0 : 2.0 * static_cast<double>(L) * (static_cast<double>(c.context_in_dim) + D) * D;
+  return static_cast<double>(c.num_layers) * per_block + text_in +
+         2.0 * static_cast<double>(S) * D * static_cast<double>(c.in_channels + c.out_channels);
+}
+
 std::vector<WeightSpec> QwenImage21Transformer::weight_specs(const Transformer21Config& config) {
   SpecRecorder recorder;
   Weights unused;

@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "io/config.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace ditbatch {
@@ -50,6 +51,12 @@ class QwenImage21Transformer {
   QwenImage21Transformer(Backend& backend, const Transformer21Config& config, WeightBinder&& binder)
       : QwenImage21Transformer(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const Transformer21Config& config);
+  // What a LoRA may change (diffusers / PEFT keys of QwenImage21Transformer2DModel): every linear.
+  static LoraTargets lora_targets(const Transformer21Config& config);
+  // The multiply-adds x 2 of one forward over S image and L text tokens: the first step of an
+  // image (the text rows too) or a cached one (the image rows, attending to all L + S keys).
+  static double forward_flops(const Transformer21Config& config, int64_t image_tokens, int64_t text_tokens,
+                              bool cached);
   const Transformer21Config& config() const { return config_; }
 
   // Called after each block with (block, the residual stream [rows, inner] f32): the text and

@@ -65,6 +65,27 @@ void QwenImage21VaeDecoder::bind(WeightBinder& b, Backend* be, const Vae21Config
   vb.trunk_head(w.trunk, dims.back(), c.out_channels, false);
 }
 
+double QwenImage21VaeDecoder::decode_flops(const Vae21Config& c, int64_t height, int64_t width) {
+  // The layers of bind() at the resolution each runs at: the trunk's front and mid block at the
+  // latent grid, each up level's resnets, its upsampler's conv at twice the size, the head.
+  const auto dims = c.decoder_dims();
+  double pixels = static_cast<double>(height / c.spatial_scale()) * static_cast<double>(width / c.spatial_scale());
+  auto conv = [&](double in, double out, double k) { return 2.0 * in * out * k * k * pixels; };
+  auto res = [&](double in, double out) { return conv(in, out, 3) + conv(out, out, 3) + (in != out ? conv(in, out, 1) : 0.0); };
+  const auto d0 = static_cast<double>(dims[0]), z = static_cast<double>(c.z_dim);
+  double flops = conv(z, z, 1) + conv(z, d0, 3) + 2.0 * res(d0, d0);
+  flops += 4.0 * conv(d0, d0, 1) + 2.0 * 2.0 * pixels * pixels * d0;  // q, k, v, proj; QK^T and PV
+  for (size_t i = 0; i < c.dim_mult.size(); ++i) {
+    const auto in = static_cast<double>(dims[i]), out = static_cast<double>(dims[i + 1]);
+    for (int64_t r = 0; r <= c.num_res_blocks; ++r) flops += res(r == 0 ? in : out, out);
+    if (i + 1 != c.dim_mult.size()) {
+      pixels *= 4.0;
+      flops += conv(out, out, 3);
+    }
+  }
+  return flops + conv(static_cast<double>(dims.back()), static_cast<double>(c.out_channels), 3);
+}
+
 QwenImage21VaeDecoder::QwenImage21VaeDecoder(Backend& backend, const Vae21Config& config, WeightBinder& binder)
     : be_(backend), ops_(backend), config_(config) {
   bind(binder, &be_, config_, w_);

@@ -39,6 +39,9 @@ class QwenImage21VaeDecoder {
   QwenImage21VaeDecoder(Backend& backend, const Vae21Config& config, WeightBinder&& binder)
       : QwenImage21VaeDecoder(backend, config, binder) {}
   static std::vector<WeightSpec> weight_specs(const Vae21Config& config);
+  // The multiply-adds x 2 of decoding one height x width image (the convolutions and the mid
+  // block's attention), for the time estimates.
+  static double decode_flops(const Vae21Config& config, int64_t height, int64_t width);
   const Vae21Config& config() const { return config_; }
 
   // packed: the sampler's latents of one image, [h * w, z_dim] (f32, backend), a plain flatten
