@@ -35,6 +35,7 @@
 #include "io/weight_store.h"
 #include "convert/tiny_pipeline.h"
 #include "model/pipeline_configs.h"
+#include "model/qwen_image_21/transformer.h"
 #include "model/random_weights.h"
 #include "model/text_encoder.h"
 #include "model/transformer.h"
@@ -95,6 +96,18 @@ std::pair<std::string, Config> resolve_config(const std::string& value, const Pr
   std::string names;
   for (const auto& preset : presets) names += (names.empty() ? "" : ", ") + preset.first;
   fail_input("--config '{}': not one of {}, a JSON object or an existing config.json", value, names);
+}
+
+// Qwen-Image-2.1's transformer: make-tiny's, a small one (4 blocks of 8 heads x 64, the real text
+// width and 64 latent channels) and the published one.
+const Presets& dit_21_presets() {
+  static const Presets presets = {
+      {"tiny", tiny_pipeline_21_configs().transformer},
+      {"small", R"({"patch_size": 1, "in_channels": 64, "out_channels": 64, "num_layers": 4, "attention_head_dim": 64,
+          "num_attention_heads": 8, "context_in_dim": 4096, "mlp_ratio": 3, "axes_dims_rope": [16, 24, 24],
+          "eps": 1e-06, "causal_condition": true})"},
+      {"real", real_pipeline_21_configs().transformer}};
+  return presets;
 }
 
 // ---- measuring -----------------------------------------------------------------------------
@@ -194,6 +207,7 @@ void print_report(Report& r, const Timing& timing, double flops, int warmup) {
 
 struct CommonOptions {
   std::string weights, config, size, backend_kind, log_level;
+  std::string model;  // dit: qwen-image | qwen-image-2.1 (with --weights: the file's family)
   int steps = 3, warmup = 1, device = 0;
   int64_t text_tokens = 20;
   bool cfg = false;
@@ -220,6 +234,39 @@ void common_header(Report& r, const CommonOptions& o, const std::string& config_
 
 // ---- dit -----------------------------------------------------------------------------------
 
+// The JSON fields of a dit bench's input.
+void dit_input_fields(Report& r, const CommonOptions& o, int64_t width, int64_t height, int64_t S, int64_t L) {
+  r.json["width"] = width;
+  r.json["height"] = height;
+  r.json["image_tokens"] = S;
+  r.json["text_tokens"] = L;
+  r.json["cfg"] = o.cfg;
+  r.json["steps"] = o.steps;
+}
+
+// A dit bench's transformer weights: the --weights file's, or random ones of a --config preset.
+struct DitWeights {
+  std::unique_ptr<WeightStore> store;
+  std::optional<Component> component;  // outlives the loader, which refers to it
+  std::unique_ptr<WeightBinder> loader;
+  std::unique_ptr<RandomWeights> random;
+  std::string label;
+  Config config;
+  DitWeights(const CommonOptions& o, const Presets& presets) {
+    if (!o.weights.empty()) {
+      store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
+      component.emplace(store->component("transformer"));
+      config = component->config();
+      loader = std::make_unique<ComponentLoader>(*component);
+      label = o.weights;
+    } else {
+      std::tie(label, config) = resolve_config(o.config, presets);
+      random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
+    }
+  }
+  WeightBinder& binder() { return random ? static_cast<WeightBinder&>(*random) : *loader; }
+};
+
 int bench_dit(const CommonOptions& o, Backend& be) {
   const auto [width, height] = parse_size(o.size, 16);  // VAE factor 8 x patch 2
   const int64_t h = height / 16, w = width / 16, S = h * w, L = o.text_tokens;
@@ -233,25 +280,11 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   for (int i = 0; i < o.steps; ++i) times.push_back(model_time(i, o.steps));
   Stopwatch load;
   std::unique_ptr<QwenImageTransformer> model;
-  std::unique_ptr<RandomWeights> random;
-  std::unique_ptr<WeightStore> store;
-  std::optional<Component> component;  // outlives the loader, which refers to it
-  std::unique_ptr<WeightBinder> binder;
-  std::string label;
-  TransformerConfig config;
-  if (!o.weights.empty()) {
-    store = std::make_unique<WeightStore>(WeightStore::open(o.weights));
-    component.emplace(store->component("transformer"));
-    config = TransformerConfig::from(component->config());
-    binder = std::make_unique<ComponentLoader>(*component);
-    label = o.weights;
-  } else {
-    auto [name, preset] = resolve_config(o.config, dit_presets());
-    label = name;
-    config = TransformerConfig::from(preset);
-    random = std::make_unique<RandomWeights>(o.seed, RandomDraw::Uniform);
-  }
-  WeightBinder& weights = random ? static_cast<WeightBinder&>(*random) : *binder;
+  DitWeights source(o, dit_presets());
+  const std::string& label = source.label;
+  const TransformerConfig config = TransformerConfig::from(source.config);
+  const std::unique_ptr<RandomWeights>& random = source.random;
+  WeightBinder& weights = source.binder();
   const std::vector<float> distinct = distinct_model_times(times);
   const bool at_load = QwenImageTransformer::conditioning_at_load_pays(config, std::ssize(distinct),
                                                                         dtype_size(be.weight_dtype()));
@@ -294,13 +327,59 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   r.json["heads"] = c.num_attention_heads;
   r.json["head_dim"] = c.attention_head_dim;
   r.json["joint_attention_dim"] = c.joint_attention_dim;
-  r.json["width"] = width;
-  r.json["height"] = height;
-  r.json["image_tokens"] = S;
-  r.json["text_tokens"] = L;
-  r.json["cfg"] = o.cfg;
-  r.json["steps"] = o.steps;
+  dit_input_fields(r, o, width, height, S, L);
   r.json["conditioning_at_load"] = at_load;  // no timestep work inside a timed step
+  print_report(r, timing, flops, o.warmup);
+  return 0;
+}
+
+// Qwen-Image-2.1's DiT as its pipeline runs it: the first step of an image fills the text's K/V
+// cache (untimed, before the warm-up), every later step computes the image rows against it, as 39
+// of the 40 default steps do; those are timed. With --cfg two forwards a step, each with its own
+// cache (the pipeline's cond and negative passes).
+int bench_dit_21(const CommonOptions& o, Backend& be) {
+  const auto [width, height] = parse_size(o.size, 32);  // the 2.1 pipeline's size multiple
+  const int64_t h = height / 16, w = width / 16, S = h * w, L = o.text_tokens;
+  if (L < 1) fail_input("--text-tokens {}: must be at least 1", L);
+  Stopwatch load;
+  DitWeights source(o, dit_21_presets());
+  const std::string& label = source.label;
+  const std::unique_ptr<RandomWeights>& random = source.random;
+  QwenImage21Transformer model(be, Transformer21Config::from(source.config), source.binder());
+  be.synchronize();
+  const double weights_s = load.seconds();
+  const Transformer21Config& c = model.config();
+
+  const Tensor latents = be.upload(random_input("bench.latents", {S, c.in_channels}, o.seed), DType::F32);
+  const Tensor text = be.upload(random_input("bench.text", {L, c.context_in_dim}, o.seed), DType::F32);
+  const int per_step = o.cfg ? 2 : 1;
+  std::vector<Transformer21Cache> caches(static_cast<size_t>(per_step));
+  auto model_time = [](int i, int n) { return 1.0f - static_cast<float>(i) / static_cast<float>(std::max(n, 1)); };
+  auto step = [&](int i, int n, bool first) {
+    for (Transformer21Cache& cache : caches) (void)model.forward(latents, first ? &text : nullptr, model_time(i, n), h, w, cache);
+    be.synchronize();
+  };
+  step(0, 1, true);  // the prefill
+  for (int i = 0; i < o.warmup; ++i) step(i, o.warmup, false);
+  Timing timing;
+  for (int i = 0; i < o.steps; ++i) timing.time(per_step, [&] { step(i, o.steps, false); });
+  const double flops = QwenImage21Transformer::forward_flops(c, S, L, true);
+
+  Report r{"dit", "forward", {}, {}};
+  r.rows.emplace_back("model", "Qwen-Image-2.1 (QwenImage21Transformer2DModel)");
+  r.rows.emplace_back("config", fmt::format("{}: {} blocks, {} heads x {}, text dim {}, rope axes {}", label,
+                                            c.num_layers, c.num_attention_heads, c.attention_head_dim,
+                                            c.context_in_dim, shape_str(c.axes_dims_rope)));
+  r.rows.emplace_back("input", fmt::format("{}x{} -> {} image + {} text tokens, {}", width, height, S, L,
+                                           o.cfg ? "true CFG (2 forwards a step, a cache each)" : "no CFG"));
+  r.rows.emplace_back("step", "a cached step (the text's K/V from the untimed first step): the image rows only");
+  common_header(r, o, label, be, random.get(), weights_s);
+  r.json["model"] = "qwen-image-2.1";
+  r.json["num_layers"] = c.num_layers;
+  r.json["heads"] = c.num_attention_heads;
+  r.json["head_dim"] = c.attention_head_dim;
+  r.json["context_in_dim"] = c.context_in_dim;
+  dit_input_fields(r, o, width, height, S, L);
   print_report(r, timing, flops, o.warmup);
   return 0;
 }
@@ -774,6 +853,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       "text-tokens", po::value(&o.text_tokens)->default_value(20), "text tokens L (dit, text)")(
       "cfg", po::bool_switch(&o.cfg), "dit: true CFG as the pipeline runs it: cond and negative as one batch a step (2 forwards' work)")(
       "seed", po::value(&o.seed)->default_value(0), "seed of the random weights and inputs")(
+      "model", po::value(&o.model)->default_value("qwen-image"),
+      "dit: the family of --config, qwen-image | qwen-image-2.1 (with --weights: the file's)")(
       "backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")(
       "device", po::value(&o.device)->default_value(0), "GPU index")(
       "log-level", po::value(&o.log_level)->default_value("warn"), "debug | info | warn | error");
@@ -802,7 +883,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (what == "convert") return bench_convert(o, load, log);
   std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
   if (what == "load") return bench_load(o, load, *backend, log);
-  if (what == "dit") return bench_dit(o, *backend);
+  if (what == "dit") {
+    // The family: the weight file's, else --model.
+    const std::string model = o.weights.empty()
+                                  ? o.model
+                                  : (WeightStore::open(o.weights).root_string("pipeline_class", "QwenImagePipeline") ==
+                                             "QwenImage21Pipeline"
+                                         ? "qwen-image-2.1"
+                                         : "qwen-image");
+    if (model == "qwen-image-2.1") return bench_dit_21(o, *backend);
+    if (model != "qwen-image") fail_input("--model '{}': qwen-image or qwen-image-2.1", o.model);
+    return bench_dit(o, *backend);
+  }
   if (what == "vae") return bench_vae(o, *backend);
   return bench_text(o, *backend);
 }

@@ -97,6 +97,35 @@ TEST(Bench, DitFromAWeightFileConditionsAtLoadAsGenerate) {
   EXPECT_EQ(j["conditioning_at_load"], true);
 }
 
+// Qwen-Image-2.1's transformer (--model qwen-image-2.1, or a 2.1 weight file): a cached step, whose
+// FLOPs are those of its GEMMs over the S image rows (the text's K and V come from the cache).
+TEST(Bench, DitOfQwenImage21TimesCachedSteps) {
+  auto r = test::run(test::exe() + " bench dit --model qwen-image-2.1 --config tiny --size 64x96 --steps 2 "
+                                   "--text-tokens 5 --cfg --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  const int64_t S = (96 / 16) * (64 / 16), L = 5;
+  EXPECT_EQ(j["model"], "qwen-image-2.1");
+  EXPECT_EQ(j["image_tokens"], S);
+  EXPECT_EQ(j["timed"], 4);  // 2 steps of 2 forwards
+  // make-tiny's 2.1 transformer: 2 blocks, 2 heads x 32, 16 latent channels, the gated MLP 3 x D wide.
+  const int64_t blocks = 2, H = 2, Dh = 32, D = H * Dh, F = 3 * D, C = 16;
+  double flops = 2.0 * (S * D * C + S * C * D);  // img_in, proj_out
+  for (int64_t b = 0; b < blocks; ++b)
+    flops += 2.0 * (4 * S * D * D       // to_q, to_k, to_v, to_out.0
+                    + 2 * S * F * D     // img_mlp.proj, img_mlp.gate_layer
+                    + S * D * F         // img_mlp.out
+                    + 2 * H * S * (S + L) * Dh);  // Q K^T and P V of the image rows against every key
+  EXPECT_DOUBLE_EQ(j["flops"].get<double>(), flops);
+
+  // A 2.1 weight file's transformer is benched as 2.1's, whatever --model says.
+  test::TempDir dir;
+  ASSERT_EQ(test::run(test::exe() + " make-tiny --model qwen-image-2.1 --out " + (dir / "t21.h5")).status, 0);
+  r = test::run(test::exe() + " bench dit --weights " + (dir / "t21.h5") + " --size 32x32 --steps 1 --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bench_json(r.output)["model"], "qwen-image-2.1");
+}
+
 TEST(Bench, VaeAndTextEncoderRun) {
   auto vae = test::run(test::exe() + " bench vae --config tiny --size 32x32 --steps 1 --warmup 0 --backend cpu");
   ASSERT_EQ(vae.status, 0) << vae.output;

@@ -13,6 +13,7 @@
 #include "golden.h"
 #include "io/h5.h"
 #include "io/png_io.h"
+#include "io/safetensors.h"
 #include "test_util.h"
 
 using namespace ditbatch;
@@ -171,4 +172,86 @@ TEST(Generate21, TheFamilysDefaultsAndOptionsItDoesNotTake) {
     EXPECT_TRUE(says(r.output, message)) << option << "\n" << r.output;
     EXPECT_FALSE(fs::exists(dir / "bad")) << option;
   }
+}
+
+// A LoRA of the 2.1 transformer in diffusers / PEFT keys merges as W + strength * alpha / rank *
+// B A: its images are those of a folder whose weights were changed so by hand (in float64 here);
+// a Qwen-Image module name is refused, naming it and the 2.1 transformer.
+TEST(Generate21, ALoraInDiffusersKeysIsMergedIntoTheTransformer) {
+  TempDir dir;
+  const std::string base = tiny_folder(dir, false);
+  const std::string dit_file = base + "/transformer/diffusion_pytorch_model.safetensors";
+  const auto dit = SafetensorsFile::open(dit_file);
+  // rank 2, alpha 1, strength 0.8: scale 0.4 on two linears of different shapes.
+  const double scale = 0.8 * 1.0 / 2.0;
+  const std::vector<std::string> modules = {"transformer_blocks.0.attn.to_q", "transformer_blocks.1.img_mlp.out"};
+  std::vector<test::StTensor> lora, merged;
+  std::map<std::string, Tensor> changed;
+  uint32_t seed = 11;
+  for (const std::string& module : modules) {
+    const SafetensorsEntry* weight = nullptr;
+    for (const SafetensorsEntry& e : dit->entries())
+      if (e.name == module + ".weight") weight = &e;
+    ASSERT_NE(weight, nullptr) << module;
+    const int64_t out = weight->shape[0], in = weight->shape[1], rank = 2;
+    const std::vector<float> down = test::random_floats(static_cast<size_t>(rank * in), seed++, 0.5f);
+    const std::vector<float> up = test::random_floats(static_cast<size_t>(out * rank), seed++, 0.5f);
+    lora.push_back({"transformer." + module + ".lora_A.weight", "F32", {rank, in}, test::f32_bytes(down)});
+    lora.push_back({"transformer." + module + ".lora_B.weight", "F32", {out, rank}, test::f32_bytes(up)});
+    lora.push_back({"transformer." + module + ".alpha", "F32", {}, test::f32_bytes({1.0f})});
+    Tensor w = dit->tensor(*weight).to_f32();
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double delta = 0;
+        for (int64_t r = 0; r < rank; ++r)
+          delta += static_cast<double>(up[static_cast<size_t>(o * rank + r)]) *
+                   static_cast<double>(down[static_cast<size_t>(r * in + i)]);
+        float& v = w.data<float>()[o * in + i];
+        v = static_cast<float>(static_cast<double>(v) + scale * delta);
+      }
+    changed.emplace(weight->name, std::move(w));
+  }
+  for (const SafetensorsEntry& e : dit->entries()) {
+    const Tensor t = changed.count(e.name) ? changed.at(e.name) : dit->tensor(e).to_f32();
+    merged.push_back({e.name, "F32", e.shape, std::string(t.data<char>(), static_cast<size_t>(t.numel()) * 4)});
+  }
+  test::write_text(dir / "style.safetensors", test::safetensors_bytes(lora));
+  const std::string by_hand = dir / "by-hand";
+  fs::copy(base, by_hand, fs::copy_options::recursive);
+  test::write_text(by_hand + "/transformer/diffusion_pytorch_model.safetensors", test::safetensors_bytes(merged));
+  for (const auto& [folder, h5] : {std::pair{base, dir / "base.h5"}, std::pair{by_hand, dir / "merged.h5"}})
+    ASSERT_EQ(test::run(fmt::format("{} convert --from {} --to {}", test::exe(), folder, h5)).status, 0) << folder;
+
+  const std::string settings = "--prompt 'a red fox' --width 64 --height 32 --steps 3 --output-type latent";
+  auto r = test::run(fmt::format("{} generate --weights {} --out {} {} --lora {}:0.8", test::exe(), dir / "base.h5",
+                                 dir / "lora", settings, dir / "style.safetensors"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(says(r.output, "LoRA: 1 file(s) merged into 2 linears")) << r.output;
+  for (const auto& [h5, out] : {std::pair{dir / "merged.h5", dir / "hand"}, std::pair{dir / "base.h5", dir / "plain"}}) {
+    r = test::run(fmt::format("{} generate --weights {} --out {} {}", test::exe(), h5, out, settings));
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  auto latents = [&](const std::string& out) {
+    return h5::File::open_read(out + "/000000-a-red-fox.latents.h5").root().read_tensor("latents");
+  };
+  EXPECT_LE(test::nmse(latents(dir / "lora"), latents(dir / "hand")), 1e-10);
+  EXPECT_GT(test::nmse(latents(dir / "lora"), latents(dir / "plain")), 1e-6) << "the LoRA changed nothing";
+  const PngImage with_lora = read_png(dir / "lora/000000-a-red-fox.png"), by_hand_png = read_png(dir / "hand/000000-a-red-fox.png");
+  ASSERT_EQ(with_lora.pixels.size(), by_hand_png.pixels.size());
+  int max_diff = 0;
+  for (size_t i = 0; i < with_lora.pixels.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(int{with_lora.pixels[i]} - int{by_hand_png.pixels[i]}));
+  EXPECT_LE(max_diff, 1);
+
+  // A Qwen-Image LoRA (its text stream's modules) is not one of this model's.
+  test::write_text(dir / "qwen.safetensors",
+                   test::safetensors_bytes({{"transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight", "F32",
+                                             {2, 64}, test::f32_bytes(std::vector<float>(128, 0.1f))},
+                                            {"transformer.transformer_blocks.0.attn.add_q_proj.lora_B.weight", "F32",
+                                             {64, 2}, test::f32_bytes(std::vector<float>(128, 0.1f))}}));
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt a --lora {}", test::exe(), dir / "base.h5",
+                            dir / "bad", dir / "qwen.safetensors"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "names a linear of this Qwen-Image-2.1 transformer (2 blocks, inner dim 32)")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "bad"));
 }

@@ -10,7 +10,8 @@
 # is faster). Env: CONFIG, SIZE, TEXT_TOKENS, STEPS, WARMUP, ROUNDS (default 2), THREADS
 # (default nproc), PYTHON (default tools/golden/.venv/bin/python: tools/golden/setup.sh makes it),
 # BACKEND (cpu, the default, in float32; cuda: ditbatch --backend cuda against diffusers in bf16
-# on the GPU, e.g. CONFIG=real SIZE=1024x1024 BACKEND=cuda ... -- --cfg).
+# on the GPU, e.g. CONFIG=real SIZE=1024x1024 BACKEND=cuda ... -- --cfg), MODEL (qwen-image, the
+# default, or qwen-image-2.1: its transformer's cached steps, sizes multiples of 32).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -27,6 +28,7 @@ rounds=${ROUNDS:-2}
 threads=${THREADS:-$(nproc)}
 python=${PYTHON:-tools/golden/.venv/bin/python}
 backend=${BACKEND:-cpu}
+model=${MODEL:-qwen-image}
 case $backend in
   cpu) reference=(--device cpu --dtype float32) ;;
   cuda) reference=(--device cuda --dtype bfloat16) ;;
@@ -37,11 +39,11 @@ esac
 
 export OMP_NUM_THREADS=$threads
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-common=(--config "$config" --size "$size" --text-tokens "$text_tokens" --steps "$steps" --warmup "$warmup" "${extra[@]}")
+common=(--model "$model" --config "$config" --size "$size" --text-tokens "$text_tokens" --steps "$steps" --warmup "$warmup" "${extra[@]}")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "compare_dit: $backend, config $config, $size, $text_tokens text tokens, $steps timed + $warmup warm-up steps," \
+echo "compare_dit: $model, $backend, config $config, $size, $text_tokens text tokens, $steps timed + $warmup warm-up steps," \
      "$threads threads, $rounds rounds, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; ++r)); do
   "$binary" bench dit --backend "$backend" "${common[@]}" > "$work/ditbatch.$r.txt"
