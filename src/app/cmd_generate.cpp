@@ -30,7 +30,6 @@
 #include "io/h5.h"
 #include "io/image_range_lock.h"
 #include "io/safetensors.h"
-#include "model/qwen_image_constants.h"
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/host_plan.h"
 #include "pipeline/memory_plan.h"
@@ -113,11 +112,13 @@ void apply_family_settings(GenerateOptions& o, const ImageModel& model) {
   if (g.negative_prompt) d.negative_prompt = *g.negative_prompt;
   d.seed = o.defaults.seed;
   o.defaults = d;
-  const int64_t limit = model.default_max_sequence_length();
+  const int64_t limit = model.max_sequence_length_limit();
   if (g.max_sequence_length && limit == 0)
     fail_input("--max-sequence-length {}: {} encodes the whole prompt and takes no limit; remove the option",
                *g.max_sequence_length, model_name);
-  o.max_sequence_length = g.max_sequence_length.value_or(limit);
+  if (g.max_sequence_length && *g.max_sequence_length > limit)
+    fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", *g.max_sequence_length, limit);
+  o.max_sequence_length = g.max_sequence_length.value_or(model.default_max_sequence_length());
 }
 
 // A --scheduler preset ditbatch knows (resolve_scheduler has checked the name) that is another
@@ -656,10 +657,8 @@ int cmd_generate(const std::vector<std::string>& args) {
     (void)make_backend(o.backend_kind, -1, Log());
   set_abandon_on_first_signal(o.run.on_signal == OnSignal::Abandon);
   // -1 is each option's "not given"; anything else below its range is a mistake, not a default.
-  if (o.given.max_sequence_length &&
-      (*o.given.max_sequence_length < 1 || *o.given.max_sequence_length > kQwenImageTokenizerMaxLength))
-    fail_input("--max-sequence-length {}: must be 1..{}, as diffusers allows", *o.given.max_sequence_length,
-               kQwenImageTokenizerMaxLength);
+  if (o.given.max_sequence_length && *o.given.max_sequence_length < 1)  // the family's largest: once the weights open
+    fail_input("--max-sequence-length {}: must be at least 1", *o.given.max_sequence_length);
   if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
   if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);
   if (o.array_index < -1) fail_input("--array-index {} must be at least 0", o.array_index);

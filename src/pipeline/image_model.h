@@ -46,6 +46,8 @@ class ImageModel {
   // The prompt tokens the text encoder's output keeps at most unless told otherwise (diffusers'
   // max_sequence_length default); 0 where the family encodes the whole prompt and takes no limit.
   virtual int64_t default_max_sequence_length() const = 0;
+  // The largest limit the family's pipeline allows (0: it takes none).
+  virtual int64_t max_sequence_length_limit() const = 0;
   // The --scheduler presets the family takes besides "model" (the weight file's).
   virtual std::vector<std::string> scheduler_presets() const { return {}; }
 

@@ -21,6 +21,7 @@ class QwenImage21Model final : public ImageModel {
   std::string family() const override { return "Qwen-Image-2.1"; }
   GenerationDefaults generation_defaults() const override;
   int64_t default_max_sequence_length() const override { return 0; }  // the whole prompt, always
+  int64_t max_sequence_length_limit() const override { return 0; }
   LoraSet open_loras(const std::vector<LoraRequest>& requests) const override;
   DeviceMemoryPlan device_memory(size_t weight_dtype_size, const std::vector<ImageJob>& jobs, int64_t text_tokens,
                                  const SchedulerConfig& scheduler) const override;

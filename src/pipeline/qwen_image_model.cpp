@@ -21,6 +21,8 @@ GenerationDefaults QwenImageModel::generation_defaults() const {
 
 int64_t QwenImageModel::default_max_sequence_length() const { return kDefaultMaxSequenceLength; }
 
+int64_t QwenImageModel::max_sequence_length_limit() const { return kQwenImageTokenizerMaxLength; }
+
 LoraSet QwenImageModel::open_loras(const std::vector<LoraRequest>& requests) const {
   return LoraSet::open(requests, QwenImageTransformer::lora_targets(TransformerConfig::from(weights_.component("transformer").config())));
 }

@@ -19,6 +19,7 @@ class QwenImageModel final : public ImageModel {
   std::string family() const override { return "Qwen-Image"; }
   GenerationDefaults generation_defaults() const override;
   int64_t default_max_sequence_length() const override;
+  int64_t max_sequence_length_limit() const override;
   std::vector<std::string> scheduler_presets() const override { return {"lightning"}; }
   LoraSet open_loras(const std::vector<LoraRequest>& requests) const override;
   DeviceMemoryPlan device_memory(size_t weight_dtype_size, const std::vector<ImageJob>& jobs, int64_t text_tokens,

@@ -279,7 +279,8 @@ PY
   qwen-image-21)
     # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
     # for -n 1 and -n 3 in every shard mode, with CFG on some prompts and mixed sizes (its sides
-    # multiples of 32); its WebDataset tars hold the flat layout's images.
+    # multiples of 32); its WebDataset tars hold the flat layout's images. Then the same with the
+    # converted diffusers folder whose images tests/unit/test_generate_21.cpp checks against diffusers.
     model21="$work/tiny21.h5"
     "$exe" make-tiny --model qwen-image-2.1 --seed 3 --out "$model21" > "$work/make.log" 2>&1 || { cat "$work/make.log"; fail "make-tiny"; }
     gen21() { local n=$1 out=$2; shift 2; mpiexec -n "$n" "$exe" generate --weights "$model21" --out "$out" --steps 3 "$@"; }
@@ -314,6 +315,13 @@ PY
     wds=(--prompts "$work/p21.jsonl" --output-format webdataset --images-per-tar 3)
     gen21 3 "$work/wds" "${wds[@]}" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 webdataset"; }
     check_tars "$work/wds" 7 3 "$work/ref"
+    # The folder diffusers built (tests/data/golden/tiny-pipeline-21), converted: -n 3 makes -n 1's bytes.
+    "$exe" convert --from "$here/../data/golden/tiny-pipeline-21" --to "$work/golden21.h5" > "$work/convert.log" 2>&1 ||
+      { cat "$work/convert.log"; fail "convert"; }
+    model21="$work/golden21.h5"
+    gen21 1 "$work/golden-ref" --prompts "$work/p21.jsonl" > "$work/log" 2>&1 || { cat "$work/log"; fail "golden -n 1"; }
+    gen21 3 "$work/golden-n3" --prompts "$work/p21.jsonl" --shard strided > "$work/log" 2>&1 || { cat "$work/log"; fail "golden -n 3"; }
+    check "$work/golden-n3" 7 "$work/golden-ref"
     ;;
   *) fail "unknown case $case_name" ;;
 esac
