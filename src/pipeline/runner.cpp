@@ -6,10 +6,10 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "core/sha256.h"
 #include "core/timer.h"
 #include "core/wall_clock.h"
 #include "io/run_record.h"
+#include "pipeline/image_writer.h"
 #include "pipeline/resume.h"
 #include "pipeline/stop_signal.h"
 #include "pipeline/tar_shards.h"
@@ -112,7 +112,7 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
 
   const bool tars = opt.images_per_tar > 0;
   bool announced_stop = false;
-  std::set<std::string> folders_made;  // the sharded layout's subfolders this process has checked
+  ImageWriter writer(opt.out_dir, opt.write_latents, tars);
   // --output-format webdataset: what the folder holds of each image, and the tar being made.
   std::vector<uint8_t> on_disk;
   if (tars) {
@@ -211,44 +211,20 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
     record.timings = {times.text_encoder, times.transformer, times.vae, image_watch.seconds()};
     bool output_broken = false;
     Stopwatch write_watch;
-    if (image.ok) {
-      const std::string png = png_path(opt.out_dir, job);
-      bool png_written = false;
-      try {
-        if (!job.folder.empty() && folders_made.insert(job.folder).second) make_output_folder(opt.out_dir, job.folder);
-        const std::string bytes =
-            write_png_atomic(png, image.pixels.data(), job.width, job.height, image.channels, png_metadata(record));
-        png_written = true;
-        record.file_stat = written_file_stat(png);
-        if (opt.write_latents) {
-          const std::string latents = job.file(".latents.h5");
-          write_latents_file(opt.out_dir + "/" + latents, job, image.latents);
-          record.latents_file = latents;
-          record.latents_sha256 = sha256_file(opt.out_dir + "/" + latents);
-          record.latents_file_stat = written_file_stat(opt.out_dir + "/" + latents);
-        }
-        record.sha256 = sha256_hex(bytes);
-      } catch (const std::exception& e) {
-        // With --output-type latent an image is its PNG and its latents file: the PNG goes too,
-        // so that a failed image leaves no file behind (a rerun makes both).
-        if (png_written) std::remove(png.c_str());
-        image.ok = false;
-        image.error = fmt::format("cannot write the output: {}", e.what());
-        output_broken = true;
-      }
+    if (auto error = image.ok ? writer.write_files(job, image, record) : std::nullopt) {
+      image.ok = false;
+      image.error = *error;
+      output_broken = true;
     }
     record.timings.write_s = write_watch.seconds();
     record.status = image.ok ? "ok" : "failed";
     record.finished = utc_iso_now(false);
-    if (image.ok && tars) try {
-        write_sample_record(opt.out_dir, job, record);
-      } catch (const std::exception& e) {
-        std::remove(png_path(opt.out_dir, job).c_str());  // an image is its PNG and its record
-        image.ok = false;
-        image.error = fmt::format("cannot write the output: {}", e.what());
-        record.status = "failed";
-        output_broken = true;
-      }
+    if (auto error = image.ok ? writer.write_sample(job, record) : std::nullopt) {
+      image.ok = false;
+      image.error = *error;
+      record.status = "failed";
+      output_broken = true;
+    }
     if (image.ok) {
       ++summary.done;
       log.info("image {} done: {} ({:.1f} s: text {:.2f}, transformer {:.2f}, vae {:.2f})", job.index,

@@ -1,6 +1,7 @@
-// The generate loop of one process: take the next image from a WorkSource, skip it if its PNG
-// is already complete, make it, write the PNG atomically and its manifest line. MPI only
-// changes the WorkSource; nothing here knows about ranks beyond a number for the records.
+// The generate loop of one process: take the next image from a WorkSource, skip it if it is
+// already complete, make it, hand it to the ImageWriter (its files, rolled back together on a
+// failure), append its manifest line, pack whole WebDataset tars. MPI only changes the
+// WorkSource; nothing here knows about ranks beyond a number for the records.
 #pragma once
 
 #include <cstdint>
