@@ -76,12 +76,14 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
                              log);
   const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser,
                       opt.images_per_tar};
-  const std::vector<uint8_t> complete =
+  // What the folder holds of each image, the images to make again cleared (the run plan's, or
+  // this process's own scan).
+  std::vector<uint8_t> complete =
       opt.overwrite ? std::vector<uint8_t>(jobs.size(), 0)
                     : (opt.complete ? *opt.complete : scan_previous_images(opt.out_dir, jobs, key).complete_flags());
-  auto done_already = [&](const ImageJob& job) {
-    return !opt.remake.count(job.index) && complete[static_cast<size_t>(job.index)] != 0;
-  };
+  if (!opt.complete)
+    for (const int64_t i : opt.remake) complete[static_cast<size_t>(i)] = kNotMade;
+  auto done_already = [&](const ImageJob& job) { return complete[static_cast<size_t>(job.index)] != kNotMade; };
 
   // Load everything before the first image, on every process: loading is collective under MPI.
   EmbeddingCache embeddings(pipeline);
@@ -115,10 +117,7 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
   ImageWriter writer(opt.out_dir, opt.write_latents, tars);
   // --output-format webdataset: what the folder holds of each image, and the tar being made.
   std::vector<uint8_t> on_disk;
-  if (tars) {
-    on_disk = complete;
-    for (const int64_t i : opt.remake) on_disk[static_cast<size_t>(i)] = kNotMade;
-  }
+  if (tars) on_disk = complete;
   int64_t tar_begin = -1, tar_end = -1;
   // Packs a tar once each of its images is made; false (the run stops) when it cannot be written.
   auto pack = [&](int64_t begin, int64_t end) {

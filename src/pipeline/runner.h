@@ -33,8 +33,9 @@ struct RunOptions {
   int rank = 0;
   std::string host;
   std::set<int64_t> remake;            // listed as complete, but --verify-outputs found their bytes changed
-  // Per job index, 1 where the image is complete (rank 0's scan_previous_images, sent to every
-  // rank); when not given, run_generation scans the folder itself.
+  // Per job index, what the folder holds of the image (ImageOnDisk: 0 to make), the images to
+  // remake cleared: the run plan's (rank 0's scan, sent to every rank). When not given,
+  // run_generation scans the folder itself and clears `remake`.
   std::optional<std::vector<uint8_t>> complete;
 };
 

@@ -2,7 +2,7 @@
 # End-to-end tests of the job scripts in jobs/ on a real, throwaway Slurm cluster
 # (tests/slurm/cluster.sh: munged + slurmctld + slurmd on loopback, in a temp dir).
 # usage: slurm_test.sh CASE BUILD_DIR TINY_MODEL
-#   CASE: lint | generate | multinode | array | preempt | kill | badprompt | selftest
+#   CASE: lint | generate | generate-21 | multinode | array | preempt | kill | badprompt | selftest
 # Exit 0 pass, 1 fail, 77 skip (slurmctld not installed).
 # Every case starts its own cluster and stops it (by PID) on any exit. DITBATCH_KEEP_TMP=1
 # keeps the work folder.
@@ -265,6 +265,33 @@ case $case_name in
     grep -q "report: $work/out/report.html" "$work/ditbatch_$jid3.out" || fail "resume: the batch log does not name the report"
     check_outputs "$work/out" 12 "$work/ref"
     note "resume: ok"
+    ;;
+
+  generate-21)
+    # A Qwen-Image-2.1 file through jobs/generate.sbatch (4 tasks): the RGBA images of one plain
+    # process, then a resume that skips them all.
+    model="$work/tiny21.h5"
+    "$exe" make-tiny --model qwen-image-2.1 --seed 2 --out "$model" >/dev/null || fail "make-tiny --model qwen-image-2.1"
+    job_inputs 8 64 "a red barn in a field, number"
+    start_cluster
+    jid=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid" 90
+    expect_state "$jid" COMPLETED 0
+    check_outputs "$work/out" 8 "$work/ref"
+    no_temp_files "$work/out"
+    python3 - "$work/out" <<'PY' || fail "the 2.1 images are not RGBA"
+import struct, sys
+from pathlib import Path
+for png in Path(sys.argv[1]).glob("*.png"):
+    assert png.read_bytes()[24:26] == bytes([8, 6]), f"{png.name}: not an 8-bit RGBA PNG"
+PY
+    summaries "$work/logs/ditbatch_${jid}_0.log" | grep -q 'summary: 8 done, 0 skipped, 0 failed in .* on 4 rank(s)' ||
+      fail "rank 0's log has no summary '8 done ... on 4 rank(s)'"
+    jid2=$(submit "$jobs/generate.sbatch")
+    wait_job "$jid2" 90
+    expect_state "$jid2" COMPLETED 0
+    summaries "$work/logs/ditbatch_${jid2}_0.log" | grep -q '0 done, 8 skipped, 0 failed' || fail "resume: not all skipped"
+    note "2.1: ok"
     ;;
 
   multinode)

@@ -14,7 +14,8 @@
 #     CUDA half runs here before any GPU sees it;
 #   - `ditbatch generate --backend cuda` (its GPU check before the weights, the memory check,
 #     the conditioning at load, the latents-to-PNG ops) against the same command on the CPU
-#     backend: PNG PSNR by tools/device/compare_pngs.py, as tools/device/check.sh does on a GPU.
+#     backend, with make-tiny's Qwen-Image and Qwen-Image-2.1 (RGBA) files: PNG PSNR by
+#     tools/device/compare_pngs.py, as tools/device/check.sh does on a GPU.
 # It proves indexing, reductions, barriers, masks and dispatch; not speed, cuBLASLt or cuDNN
 # (the cudnn_graphs.* tests check the cuDNN graphs against cuDNN's own heuristics).
 # usage: tools/ci/emulate.sh [CORE_BUILD]   (a CMake build with CUDA; default build)
@@ -32,15 +33,21 @@ python3 tools/device/emulate.py --core-build "$core" --build build-emu \
 
 work=$(mktemp -d /tmp/ditbatch-emulate-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 48}\n' \
+printf '{"prompt": "a red fox in the snow", "cfg": 4}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 32}\n' \
   > "$work/prompts.jsonl"
 "$core/ditbatch" make-tiny --out "$work/tiny.h5" > /dev/null
-for backend in cuda cpu; do
-  exe=$core/ditbatch
-  [ "$backend" = cuda ] && exe=build-emu/ditbatch
-  "$exe" generate --weights "$work/tiny.h5" --prompts "$work/prompts.jsonl" --out "$work/$backend" --width 64 \
-    --height 48 --steps 4 --backend "$backend" > "$work/$backend.log" 2>&1 || { cat "$work/$backend.log"; exit 1; }
+"$core/ditbatch" make-tiny --model qwen-image-2.1 --out "$work/tiny21.h5" > /dev/null
+# Each family: generate on the emulated GPU and on the CPU, the PNGs (RGBA for 2.1) compared.
+for model in tiny tiny21; do
+  for backend in cuda cpu; do
+    exe=$core/ditbatch
+    [ "$backend" = cuda ] && exe=build-emu/ditbatch
+    "$exe" generate --weights "$work/$model.h5" --prompts "$work/prompts.jsonl" --out "$work/$model-$backend" --width 64 \
+      --height 64 --steps 4 --backend "$backend" > "$work/$model-$backend.log" 2>&1 ||
+      { cat "$work/$model-$backend.log"; exit 1; }
+  done
+  grep -q "the quick op cases agree with the CPU" "$work/$model-cuda.log" ||
+    { cat "$work/$model-cuda.log"; echo "FAIL: no GPU check"; exit 1; }
+  grep -E "quick op cases|summary" "$work/$model-cuda.log"
+  python3 tools/device/compare_pngs.py "$work/$model-cpu" "$work/$model-cuda"
 done
-grep -q "the quick op cases agree with the CPU" "$work/cuda.log" || { cat "$work/cuda.log"; echo "FAIL: no GPU check"; exit 1; }
-grep -E "quick op cases|summary" "$work/cuda.log"
-python3 tools/device/compare_pngs.py "$work/cpu" "$work/cuda"

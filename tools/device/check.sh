@@ -165,6 +165,15 @@ if want 3 && [[ -x $work/bin/ditbatch ]]; then
   done
   grep -E 'quick op cases|GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
   note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
+  # Qwen-Image-2.1's tiny file the same way (RGBA PNGs, the text K/V cache, sides of 32).
+  "$work/bin/ditbatch" make-tiny --model qwen-image-2.1 --out "$work/tiny21.h5" > "$gen_dir/make-tiny-21.log" 2>&1
+  rcs=""
+  for backend in cuda cpu; do
+    timeout 120 "$work/bin/ditbatch" generate --weights "$work/tiny21.h5" --prompts "$gen_dir/prompts.jsonl" \
+      --out "$gen_dir/21-$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/21-$backend.log" 2>&1
+    rcs+=" $backend rc $?"
+  done
+  note "generate 2.1 on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/21-cpu" "$gen_dir/21-cuda" 2>&1 | tail -1)"
 fi
 if want 4 && [[ -x $work/bin/ditbatch ]]; then
   wheels=build-device/carry/wheels
