@@ -148,7 +148,7 @@ if want 2; then
 fi
 if want 3 && [[ -x $work/bin/ditbatch ]]; then
   # The product's command on the GPU (device choice, the GPU check before the weights, the memory
-  # check against the real free memory, the conditioning at load, PNG writing): the tiny model's
+  # check against the real free memory, the conditioning at load, PNG writing): each family's tiny
   # images from --backend cuda against the same command on the CPU backend.
   echo "== stage 3: ditbatch generate on the GPU against the CPU backend =="
   gen_dir="$out/generate"
@@ -156,24 +156,20 @@ if want 3 && [[ -x $work/bin/ditbatch ]]; then
   # true CFG, no CFG, another size (a second schedule for the conditioning at load)
   printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 96}\n' \
     > "$gen_dir/prompts.jsonl"
-  "$work/bin/ditbatch" make-tiny --out "$work/tiny.h5" > "$gen_dir/make-tiny.log" 2>&1  # 53 MB: not in $OUT
-  rcs=""
-  for backend in cuda cpu; do
-    timeout 120 "$work/bin/ditbatch" generate --weights "$work/tiny.h5" --prompts "$gen_dir/prompts.jsonl" \
-      --out "$gen_dir/$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/$backend.log" 2>&1
-    rcs+=" $backend rc $?"
+  # Each family's tiny file (not in $OUT: ~50 MB each): Qwen-Image, and Qwen-Image-2.1 (RGBA PNGs,
+  # the text K/V cache, sides of 32).
+  for model in qwen-image qwen-image-2.1; do
+    "$work/bin/ditbatch" make-tiny --model "$model" --out "$work/$model.h5" > "$gen_dir/make-tiny-$model.log" 2>&1
+    rcs=""
+    for backend in cuda cpu; do
+      timeout 120 "$work/bin/ditbatch" generate --weights "$work/$model.h5" --prompts "$gen_dir/prompts.jsonl" \
+        --out "$gen_dir/$model-$backend" --width 128 --height 96 --steps 8 --backend "$backend" \
+        > "$gen_dir/$model-$backend.log" 2>&1
+      rcs+=" $backend rc $?"
+    done
+    grep -E 'quick op cases|GPU memory|conditioning|summary|error|warn' "$gen_dir/$model-cuda.log" | head -10
+    note "generate $model on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/$model-cpu" "$gen_dir/$model-cuda" 2>&1 | tail -1)"
   done
-  grep -E 'quick op cases|GPU memory|conditioning|summary|error|warn' "$gen_dir/cuda.log" | head -10
-  note "generate on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/cpu" "$gen_dir/cuda" 2>&1 | tail -1)"
-  # Qwen-Image-2.1's tiny file the same way (RGBA PNGs, the text K/V cache, sides of 32).
-  "$work/bin/ditbatch" make-tiny --model qwen-image-2.1 --out "$work/tiny21.h5" > "$gen_dir/make-tiny-21.log" 2>&1
-  rcs=""
-  for backend in cuda cpu; do
-    timeout 120 "$work/bin/ditbatch" generate --weights "$work/tiny21.h5" --prompts "$gen_dir/prompts.jsonl" \
-      --out "$gen_dir/21-$backend" --width 128 --height 96 --steps 8 --backend "$backend" > "$gen_dir/21-$backend.log" 2>&1
-    rcs+=" $backend rc $?"
-  done
-  note "generate 2.1 on the GPU:$rcs; $(python3 tools/device/compare_pngs.py "$gen_dir/21-cpu" "$gen_dir/21-cuda" 2>&1 | tail -1)"
 fi
 if want 4 && [[ -x $work/bin/ditbatch ]]; then
   wheels=build-device/carry/wheels
