@@ -15,10 +15,11 @@
 #   2. `ditbatch selftest` (full): every op case in bf16 and f32 against the CPU, each attention
 #      and convolution path, the tiny pipeline against the CPU and against diffusers' goldens,
 #      GEMM / copy / attention throughput; its JSON comes back
-#   3. `ditbatch generate --backend cuda` on a tiny model against the same command on the CPU
-#      backend (PNG PSNR)
+#   3. `ditbatch generate --backend cuda` on each family's tiny model against the same command on
+#      the CPU backend (PNG PSNR)
 #   4. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
-#      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh)
+#      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh); then
+#      Qwen-Image-2.1's cached step at 1024^2 (ditbatch alone)
 #   5. (only when asked for: CHECK_STAGES="0 1 2 3 4 5") ditbatch_cuda_bench: ceilings, GEMM
 #      shapes, attention paths, full-size models, peak memory, the 50-step image
 # A summary comes last. Logs and metrics go to $OUT (they come back with the run).
@@ -191,6 +192,15 @@ if want 4 && [[ -x $work/bin/ditbatch ]]; then
     tail -30 "$out/ditbatch-bench.log"
     note "ditbatch bench: rc $rc (diffusers comparison skipped)"
   fi
+fi
+if want 4 && [[ -x $work/bin/ditbatch ]]; then
+  # Qwen-Image-2.1's transformer at 1024^2, its cached step (PERF.md predicts ~107 ms).
+  echo "== stage 4b: ditbatch bench dit, Qwen-Image-2.1, 1024^2, cached steps =="
+  timeout 120 "$work/bin/ditbatch" bench dit --model qwen-image-2.1 --config real --size 1024x1024 --steps 4 \
+    --text-tokens 60 --backend cuda > "$out/bench-dit-21.log" 2>&1
+  rc=$?
+  tail -14 "$out/bench-dit-21.log"
+  note "bench dit 2.1 (cached step, 1024^2): rc $rc; $(grep -m1 'ms/forward' "$out/bench-dit-21.log" || echo 'no figure')"
 fi
 if want 5; then
   echo "== stage 5: ditbatch_cuda_bench =="
