@@ -159,6 +159,23 @@ TEST(Generate21, TheFamilysDefaultsAndOptionsItDoesNotTake) {
   EXPECT_EQ(text.at("cfg"), "1");
   EXPECT_EQ(text.at("size"), "64x32");
 
+  // inspect says the family and its defaults.
+  r = test::run(fmt::format("{} inspect {}", test::exe(), weights));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(says(r.output, "pipeline_class: QwenImage21Pipeline")) << r.output;
+  EXPECT_TRUE(says(r.output, "generate's defaults (Qwen-Image-2.1): 1024x1024, 40 steps, CFG off")) << r.output;
+
+  // --offload-text-encoder (every prompt encoded first, the encoder freed) makes the same bytes.
+  test::write_text(dir / "p.txt", "fox\na lighthouse at dusk\n");
+  for (const char* extra : {"", "--offload-text-encoder"}) {
+    r = test::run(fmt::format("{} generate --weights {} --out {} --prompts {} --width 32 --height 64 --steps 3 --cfg 3 {}",
+                              test::exe(), weights, dir / (*extra ? "offload" : "plain"), dir / "p.txt", extra));
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  EXPECT_TRUE(says(r.output, "encoded 3 prompts")) << r.output;  // two prompts and the negative " "
+  for (const char* name : {"000000-fox.png", "000001-a-lighthouse-at-dusk.png"})
+    EXPECT_EQ(test::read_text(dir / "offload/" + name), test::read_text(dir / "plain/" + name)) << name;
+
   for (const auto& [option, message] :
        std::vector<std::pair<std::string, std::string>>{
            {"--max-sequence-length 256", "--max-sequence-length 256: Qwen-Image-2.1 (QwenImage21Pipeline) encodes the "
