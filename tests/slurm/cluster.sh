@@ -105,9 +105,15 @@ do_start() {
   munge -S "$SOCK" -n </dev/null | unmunge -S "$SOCK" >/dev/null || die "munge self-test failed"
 
   # -- ports: slurmctld, then one per slurmd; a free block picked at random --------------------
-  local base p ok
+  # Below the kernel's ephemeral range: a port free now must stay free until the daemons bind
+  # it, and any process that connects (an MPI singleton of a test running beside this one) is
+  # handed ephemeral ports, which would otherwise take one of ours in between.
+  local base p ok low blocks
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+  blocks=$(((low - 10000) / 10 - 1))
+  ((blocks >= 100)) || die "the ephemeral port range starts at $low: no room below it for the cluster's ports"
   for ((i = 0; i < 50; i++)); do
-    base=$((20000 + (RANDOM % 2000) * 10))
+    base=$((10000 + (RANDOM % blocks) * 10))
     ok=1
     for ((p = base; p <= base + nodes; p++)); do port_in_use "$p" && { ok=''; break; }; done
     [ -n "$ok" ] && break

@@ -11,6 +11,7 @@
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/image_model.h"
 #include "pipeline/qwen_image_model.h"
 #include "test_util.h"
 
@@ -117,4 +118,46 @@ TEST(MemoryPlan, TheCheckPassesSuggestsOffloadOrRefuses) {
   // exactly at the threshold (peak + 1 GiB margin) it passes; one byte less, it does not
   EXPECT_NO_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB, 80 * kGiB), "cuda:0"));
   EXPECT_THROW(check_device_memory(p, true, mem(p.peak(true) + kGiB - 1, 80 * kGiB), "cuda:0"), InputError);
+}
+
+// Qwen-Image-2.1's plan (pipeline/qwen_image_21_model.h), on the converted diffusers folder: the
+// transformer's bytes are the parameters its config makes, counted from the spec (no biases; per
+// block q, k, v, out, the gated MLP's three linears, the two QK-norm gains), the text encoder's
+// only its language model's (the folder's text encoder holds no more here, so against the
+// model's own list), the VAE's only its decoder's.
+TEST(MemoryPlan, Qwen21CountsTheWeightsItLoads) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(test::exe() + " convert --from " + test::golden("tiny-pipeline-21") + " --to " + (dir / "v21.h5"))
+                .status,
+            0);
+  const WeightStore weights = WeightStore::open(dir / "v21.h5");
+  const std::unique_ptr<ImageModel> model = ImageModel::open(weights);
+  const Config dit = weights.component("transformer").config();
+  const int64_t D = dit.get_int("num_attention_heads") * dit.get_int("attention_head_dim"), F = 3 * D,
+                C = dit.get_int("in_channels"), ctx = dit.get_int("context_in_dim"),
+                Dh = dit.get_int("attention_head_dim"), layers = dit.get_int("num_layers");
+  const int64_t params = D * C + ctx + D * ctx + D * D + D * 256 + D * D + 4 * D * D  // img_in, txt_in, time, modulation
+                         + layers * (4 * D * D + 2 * Dh + 3 * D * F)                 // blocks
+                         + D * D + C * D;                                            // norm_out, proj_out
+  ImageJob job;
+  job.width = 256;
+  job.height = 128;
+  job.steps = 40;
+  job.prompt = "a red fox";
+  const DeviceMemoryPlan plain = model->device_memory(2, {job}, 0, SchedulerConfig{});
+  EXPECT_EQ(plain.transformer, 2 * params);
+  const Component te = weights.component("text_encoder");
+  EXPECT_EQ(plain.text_encoder,
+            spec_bytes(QwenTextEncoder::weight_specs(TextEncoderConfig::from(te.config()), QwenTextEncoder::tensor_prefix(te)), 2));
+  int64_t decoder = 0;
+  for (const std::string& name : weights.component("vae").tensor_names())
+    if (name.rfind("decoder.", 0) == 0 || name.rfind("post_quant_conv.", 0) == 0)
+      decoder += shape_numel(weights.component("vae").tensor_info(name).shape);
+  EXPECT_EQ(plain.vae, 2 * decoder);
+  EXPECT_LT(plain.vae, 2 * [&] {
+    int64_t all = 0;
+    for (const std::string& name : weights.component("vae").tensor_names())
+      all += shape_numel(weights.component("vae").tensor_info(name).shape);
+    return all;
+  }());
 }
