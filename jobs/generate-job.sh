@@ -46,7 +46,13 @@ words() {  # words NAME -> the array "w"
   fi
 }
 
-bin=${DITBATCH_BIN:-ditbatch}
+# The binary: DITBATCH_BIN, else the installed one beside these scripts (PREFIX/share/ditbatch/jobs
+# -> PREFIX/bin/ditbatch, wherever the prefix is), else ditbatch on PATH (`module load ditbatch`).
+installed_jobs=$(cd "${jobs_dir:-.}" 2>/dev/null && pwd)
+if [ -n "${DITBATCH_BIN:-}" ]; then bin=$DITBATCH_BIN
+elif [[ $installed_jobs == */share/ditbatch/jobs && -x ${installed_jobs%/share/ditbatch/jobs}/bin/ditbatch ]]; then
+  bin=${installed_jobs%/share/ditbatch/jobs}/bin/ditbatch
+else bin=ditbatch; fi
 command -v "$bin" >/dev/null 2>&1 || die "DITBATCH_BIN=$bin: not found (set it in $env_note)"
 [ -n "${DITBATCH_WEIGHTS:-}" ] || die "DITBATCH_WEIGHTS is not set (the .h5 weights; see $env_note)"
 [ -n "${DITBATCH_PROMPTS:-}" ] || die "DITBATCH_PROMPTS is not set (a .txt or .jsonl prompt file; see $env_note)"

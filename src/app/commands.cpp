@@ -9,6 +9,7 @@
 #include "cluster/decide_on_rank0.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/install_paths.h"
 
 namespace ditbatch {
 
@@ -54,7 +55,9 @@ int run_command_line(int argc, char** argv) {
     return 0;
   }
   if (name == "--version") {
-    std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n" << gpu_support_report();
+    std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n"
+              << "installed at: " << executable_path() << "\n"
+              << gpu_support_report();
     return 0;
   }
   auto it = commands().find(name);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/install_paths.h"
 #include "convert/convert.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
@@ -79,8 +80,8 @@ FamilyContents family_contents(const PipelineConfigs& c, const std::string& sour
 }  // namespace
 
 void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
-  std::string tokenizer_dir = opt.tokenizer_dir.empty() ? std::string(DITBATCH_SOURCE_DIR) + "/weights/tokenizer"
-                                                        : opt.tokenizer_dir;
+  const std::string tokenizer_dir = opt.tokenizer_dir.empty() ? data_path("tokenizer", "weights/tokenizer")
+                                                              : opt.tokenizer_dir;
   const std::vector<std::string> tokenizer_files = {"added_tokens.json", "merges.txt", "tokenizer_config.json",
                                                     "vocab.json"};
   for (const auto& f : tokenizer_files)

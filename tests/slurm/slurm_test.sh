@@ -2,7 +2,7 @@
 # End-to-end tests of the job scripts in jobs/ on a real, throwaway Slurm cluster
 # (tests/slurm/cluster.sh: munged + slurmctld + slurmd on loopback, in a temp dir).
 # usage: slurm_test.sh CASE BUILD_DIR TINY_MODEL
-#   CASE: lint | generate | generate-21 | multinode | array | preempt | kill | badprompt | selftest
+#   CASE: lint | generate | generate-21 | installed | multinode | array | preempt | kill | badprompt | selftest
 # Exit 0 pass, 1 fail, 77 skip (slurmctld not installed).
 # Every case starts its own cluster and stops it (by PID) on any exit. DITBATCH_KEEP_TMP=1
 # keeps the work folder.
@@ -292,6 +292,23 @@ PY
     expect_state "$jid2" COMPLETED 0
     summaries "$work/logs/ditbatch_${jid2}_0.log" | grep -q '0 done, 8 skipped, 0 failed' || fail "resume: not all skipped"
     note "2.1: ok"
+    ;;
+
+  installed)
+    # `cmake --install` into a prefix: its generate.sbatch, submitted by its installed path with no
+    # DITBATCH_BIN set, runs the prefix's binary and makes the images of a plain process.
+    prefix="$work/prefix"
+    cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "cmake --install"; }
+    job_inputs 6 32 "an installed lighthouse, number"
+    grep -v '^DITBATCH_BIN=' "$work/ditbatch.env" >"$work/env.tmp" && mv "$work/env.tmp" "$work/ditbatch.env"
+    start_cluster
+    jid=$(PATH=/usr/bin:/bin submit "$prefix/share/ditbatch/jobs/generate.sbatch")
+    wait_job "$jid" 90
+    expect_state "$jid" COMPLETED 0
+    check_outputs "$work/out" 6 "$work/ref"
+    grep -q "running: .*$prefix/bin/ditbatch generate" "$work/ditbatch_$jid.out" ||
+      fail "the installed job did not run the prefix's binary: $(grep 'running:' "$work/ditbatch_$jid.out")"
+    note "installed: ok"
     ;;
 
   multinode)
