@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   # build
   cmake ninja-build pkg-config g++
+  help2man                            # the man page, from the commands' own --help
   # core libraries
   libopenmpi-dev openmpi-bin          # MPI data parallelism
   libhdf5-dev hdf5-tools              # the weight store (h5dump, h5ls to look inside)

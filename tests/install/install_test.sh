@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `cmake --install BUILD --prefix P` lays out bin/, share/ditbatch/{jobs,tokenizer} and the docs;
+# `cmake --install BUILD --prefix P` lays out bin/, share/ditbatch/{jobs,tokenizer}, the man page,
+# bash completion and the docs;
 # the prefix, moved elsewhere, still runs: --version names where it is, make-tiny finds the
 # installed tokenizer (not the source tree's), generate makes an image, and the installed job
 # body picks the installed binary with nothing set.
@@ -18,7 +19,29 @@ for f in bin/ditbatch share/ditbatch/jobs/generate.sbatch share/ditbatch/jobs/ge
 done
 [ -x "$work/prefix/share/ditbatch/jobs/generate.sbatch" ] || fail "generate.sbatch is not executable"
 
+# The man page (help2man at build time: a build without it has none) holds every command's help.
+if [ -f "$build/ditbatch.1" ]; then
+  page="$work/prefix/share/man/man1/ditbatch.1"
+  [ -f "$page" ] || fail "the man page was not installed"
+  for command in $("$build/ditbatch" --help | sed -n 's/^  \([a-z-]*\)  .*/\1/p'); do
+    grep -q "^\.SS $command\$" "$page" || fail "the man page has no section for $command"
+  done
+  grep -q -- "--offload-text-encoder" "$page" || fail "the man page lacks generate's options"
+else
+  echo "note: no man page in $build (help2man was not found at configure time)"
+fi
+
 mv "$work/prefix" "$work/moved"   # relocated: nothing may point into the old prefix
+
+# bash completion: the commands, then a command's options, from the binary's own --help.
+completion="$work/moved/share/bash-completion/completions/ditbatch"
+complete_words() {  # complete_words WORD... -> the candidates for the last word
+  bash -c '. "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _ditbatch; printf "%s\n" "${COMPREPLY[@]}"' \
+    _ "$completion" "$@"
+}
+complete_words "$work/moved/bin/ditbatch" gen | grep -qx generate || fail "completion: no 'generate' for 'gen'"
+complete_words "$work/moved/bin/ditbatch" generate --off | grep -qx -- --offload-text-encoder ||
+  fail "completion: no '--offload-text-encoder' for 'generate --off'"
 exe="$work/moved/bin/ditbatch"
 "$exe" --version > "$work/version.txt" || { cat "$work/version.txt"; fail "--version"; }
 grep -q "installed at: $work/moved/bin/ditbatch" "$work/version.txt" || { cat "$work/version.txt"; fail "--version does not say where it is"; }
