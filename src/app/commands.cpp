@@ -56,8 +56,7 @@ int run_command_line(int argc, char** argv) {
   }
   if (name == "--version") {
     std::cout << "ditbatch " << DITBATCH_VERSION << " " << build_commit() << "\n"
-              << "installed at: " << executable_path() << "\n"
-              << gpu_support_report();
+              << gpu_support_report() << "installed at: " << executable_path() << "\n";
     return 0;
   }
   auto it = commands().find(name);
