@@ -884,13 +884,13 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::unique_ptr<Backend> backend = make_backend(o.backend_kind, o.device, log);
   if (what == "load") return bench_load(o, load, *backend, log);
   if (what == "dit") {
-    // The family: the weight file's, else --model.
-    const std::string model = o.weights.empty()
-                                  ? o.model
-                                  : (WeightStore::open(o.weights).root_string("pipeline_class", "QwenImagePipeline") ==
-                                             "QwenImage21Pipeline"
-                                         ? "qwen-image-2.1"
-                                         : "qwen-image");
+    // The family: the weight file's (its ImageModel's name, as make-tiny --model spells it), else --model.
+    std::string model = o.model;
+    if (!o.weights.empty()) {
+      const WeightStore store = WeightStore::open(o.weights);
+      model = ImageModel::open(store)->family();
+      std::transform(model.begin(), model.end(), model.begin(), [](unsigned char c) { return std::tolower(c); });
+    }
     if (model == "qwen-image-2.1") return bench_dit_21(o, *backend);
     if (model != "qwen-image") fail_input("--model '{}': qwen-image or qwen-image-2.1", o.model);
     return bench_dit(o, *backend);

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
+#include "convert/tiny_pipeline.h"
 #include "pipeline/image_model.h"
 #include "selftest/op_cases.h"
 #include "selftest/op_check.h"
@@ -117,7 +118,8 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
     std::unique_ptr<Backend> be = make(act);
     const bool on_cpu = be->device() == Device::Host;
     // Each family's tiny model on this backend against the CPU's images.
-    for (const auto& [family, label] : {std::pair{"qwen-image", "tiny model"}, std::pair{"qwen-image-2.1", "tiny 2.1 model"}}) {
+    for (const std::string& family : tiny_pipeline_models()) {  // make-tiny's families, its default first
+      const std::string label = family == tiny_pipeline_models().front() ? "tiny model" : fmt::format("tiny {} model", family);
       const std::string model = temp / fmt::format("tiny-{}.h5", family);
       try {
         write_tiny_model(model, o.tokenizer_dir, family);
