@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs every Debian package that building, testing and the jobs of ditbatch need.
-# Idempotent: a quiet no-op when everything is present. Run as root (or with sudo).
+# Installs the Debian packages ditbatch needs. Idempotent: a quiet no-op when everything is
+# present. Run as root (or with sudo).
+#   install-deps.sh build   what building and running ditbatch need (tools/demo.sh)
+#   install-deps.sh [all]   that and what the tests need (tools/test.sh, CI)
 set -euo pipefail
+set_name=${1:-all}
+case $set_name in build | all) ;; *) echo "usage: install-deps.sh [build|all]" >&2; exit 2 ;; esac
 
-packages=(
+build_packages=(
   # build
   cmake ninja-build pkg-config g++
   help2man                            # the man page, from the commands' own --help
@@ -11,7 +15,6 @@ packages=(
   libopenmpi-dev openmpi-bin          # MPI data parallelism
   libhdf5-dev hdf5-tools              # the weight store (h5dump, h5ls to look inside)
   libboost-program-options-dev        # the command line
-  libgtest-dev                        # tests
   libpng-dev                          # PNG output
   nlohmann-json3-dev                  # configs, safetensors headers, jsonl
   libsimdjson-dev                     # manifest lines read at resume (a million of them)
@@ -22,6 +25,9 @@ packages=(
   libxxhash-dev                       # XXH3: the weight file's per-tensor digests, checked at memory speed
   libarchive-dev                      # the tar shards of --output-format webdataset
   libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
+)
+test_packages=(
+  libgtest-dev                        # the unit tests
   # the ASan + UBSan build and the libFuzzer targets (tools/ci/sanitize_fuzz.sh): clang, its
   # sanitizer and fuzzer runtimes, its OpenMP, and llvm-symbolizer for readable reports
   clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
@@ -32,7 +38,10 @@ packages=(
   # test helpers
   python3 python3-venv procps bc shellcheck
   python3-xxhash                      # the reference the XXH3 tensor digests are tested against
+  lmod                                # the EasyBuild module under the real Lmod (tools/ci/easybuild.sh)
 )
+packages=("${build_packages[@]}")
+[ "$set_name" = all ] && packages+=("${test_packages[@]}")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -31,6 +31,12 @@ else
   echo "note: no man page in $build (help2man was not found at configure time)"
 fi
 
+# A prefix that cannot be written (here a file in the way; as a user, a folder of root's): CMake
+# stops with an error that names the folder, and exits non-zero.
+touch "$work/a-file"
+if cmake --install "$build" --prefix "$work/a-file/prefix" > "$work/bad-prefix.log" 2>&1; then fail "cmake --install into $work/a-file/prefix succeeded"; fi
+{ grep -q "cannot create directory" "$work/bad-prefix.log" && grep -q "$work/a-file/prefix/bin" "$work/bad-prefix.log"; } || { cat "$work/bad-prefix.log"; fail "the unwritable prefix is not named"; }
+
 mv "$work/prefix" "$work/moved"   # relocated: nothing may point into the old prefix
 
 # bash completion: the commands, then a command's options, from the binary's own --help.

@@ -42,6 +42,10 @@ if [ "$case_name" = lint ]; then
       bash "./$s.sbatch" 2>&1) || rc=$?
     { [ "$rc" -eq 2 ] && grep -q "DITBATCH_BIN=$lone/no-such-ditbatch: not found" <<<"$out"; } ||
       fail "$s.sbatch with DITBATCH_JOBS: exit $rc, expected the body's check of DITBATCH_BIN: $out"
+    rc=0
+    out=$(cd "$lone" && env -u SLURM_JOB_ID DITBATCH_JOBS="$lone/nowhere" bash "./$s.sbatch" 2>&1) || rc=$?
+    { [ "$rc" -eq 2 ] && grep -q "DITBATCH_JOBS=$lone/nowhere holds no generate-job.sh" <<<"$out"; } ||
+      fail "$s.sbatch with a DITBATCH_JOBS that holds no body: exit $rc, expected 2 and DITBATCH_JOBS named: $out"
   done
   for s in "$jobs"/generate*.sbatch; do
     grep -q '^#SBATCH --signal=B:USR1@' "$s" || fail "$s: no --signal=B:USR1@"
@@ -300,7 +304,10 @@ PY
     prefix="$work/prefix"
     cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "cmake --install"; }
     job_inputs 6 32 "an installed lighthouse, number"
-    grep -v '^DITBATCH_BIN=' "$work/ditbatch.env" >"$work/env.tmp" && mv "$work/env.tmp" "$work/ditbatch.env"
+    # ditbatch.env as a user makes it: the installed example, then the test's own settings but
+    # DITBATCH_BIN (the example sets none).
+    { cat "$prefix/share/ditbatch/jobs/ditbatch.env.example"; grep -v '^DITBATCH_BIN=' "$work/ditbatch.env"; } >"$work/env.tmp"
+    mv "$work/env.tmp" "$work/ditbatch.env"
     start_cluster
     jid=$(PATH=/usr/bin:/bin submit "$prefix/share/ditbatch/jobs/generate.sbatch")
     wait_job "$jid" 90
@@ -308,6 +315,20 @@ PY
     check_outputs "$work/out" 6 "$work/ref"
     grep -q "running: .*$prefix/bin/ditbatch generate" "$work/ditbatch_$jid.out" ||
       fail "the installed job did not run the prefix's binary: $(grep 'running:' "$work/ditbatch_$jid.out")"
+    # The installed selftest.sbatch, nothing set either: the prefix's binary checks each task.
+    echo "DITBATCH_SELFTEST_ARGS=(--quick --goldens none)" >>"$work/ditbatch.env"
+    jid=$(PATH=/usr/bin:/bin submit --ntasks-per-node=2 "$prefix/share/ditbatch/jobs/selftest.sbatch")
+    wait_job "$jid" 180
+    expect_state "$jid" COMPLETED 0
+    blog=$work/ditbatch-selftest_$jid.out
+    grep -q "$prefix/bin/ditbatch selftest" "$blog" || fail "the installed selftest job did not run the prefix's binary: $(head -n 3 "$blog")"
+    grep -q "^PASS: all 2 rank(s) in " "$blog" || fail "installed selftest batch log: no verdict for 2 ranks"
+    # A DITBATCH_JOBS that holds no job body stops the job at once, naming it.
+    jid=$(DITBATCH_JOBS=$work/nowhere submit "$prefix/share/ditbatch/jobs/generate.sbatch")
+    wait_job "$jid" 60
+    expect_state "$jid" FAILED 2
+    grep -q "DITBATCH_JOBS=$work/nowhere holds no generate-job.sh" "$work/ditbatch_$jid.out" ||
+      fail "DITBATCH_JOBS pointing nowhere: $(cat "$work/ditbatch_$jid.out")"
     note "installed: ok"
     ;;
 
