@@ -10,7 +10,9 @@
 # starts from its committed seeds (tests/fuzz/corpus/T, read only) plus what earlier runs in
 # this build found (DIR/fuzz/corpus/T, where new inputs go), under AddressSanitizer and
 # UBSan, with its dictionary (tests/fuzz/T.dict) when there is one, and with limits: an input
-# taking more than 10 s is a hang, more than 2 GiB of memory is an OOM.
+# taking more than 10 s is a hang, more than 2 GiB of memory is an OOM. Inputs may grow to
+# 256 KiB (-max_len; libFuzzer's default is the largest seed's size, or 4 KiB), so that the
+# mutations of the deep-nesting seeds (tests/fuzz/make_corpus.py, 30,000 levels) stay that deep.
 #
 # Prints per target: executions, executions per second, coverage (libFuzzer's cov: edges and
 # ft: features), corpus size, peak RSS, and the result. A crash, leak, hang or OOM is saved as
@@ -63,7 +65,7 @@ run_target() {  # run_target T: one bounded run, its log in $work/T.log
   [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
   mkdir -p "$work/corpus/$t" "$work/artifacts/$t"
   # The hard limit only catches a run that libFuzzer's own limits failed to end.
-  timeout --signal=KILL $((seconds + 300)) "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  timeout --signal=KILL $((seconds + 300)) "$exe" -max_total_time="$seconds" -timeout=10 -max_len=262144 -rss_limit_mb=2048 \
     -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/$t/" "${dict[@]}" \
     "$work/corpus/$t" "tests/fuzz/corpus/$t" >"$work/$t.log" 2>&1
   echo $? >"$work/$t.rc"

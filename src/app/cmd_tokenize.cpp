@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "app/commands.h"
+#include "io/json_text.h"
 #include "app/options.h"
 #include "core/error.h"
 #include "io/weight_store.h"
@@ -54,7 +55,7 @@ class StdinLines {
 std::string parse_prompt_line(const std::string& line, int64_t line_number) {
   nlohmann::json value;
   try {
-    value = nlohmann::json::parse(line);
+    value = parse_json(line);
   } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number past a double (1e708)
     fail_input("stdin line {}: not a JSON string (write each prompt as \"...\" on its own line): {}", line_number,
                e.what());

@@ -1,4 +1,5 @@
 #include "convert/convert.h"
+#include "io/json_text.h"
 
 #include <sys/stat.h>
 
@@ -33,7 +34,7 @@ namespace {
 nlohmann::json parse_json_file(const std::string& path) {
   if (!file_exists(path)) fail_input("{}: missing (expected in a diffusers pipeline folder)", path);
   try {
-    return nlohmann::json::parse(read_file(path));
+    return parse_json(read_file(path));
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: not valid JSON: {}", path, e.what());
   }
@@ -180,7 +181,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     const nlohmann::json& grid = index["sample_sigmas"];
     if (!grid.is_array() || grid.empty() ||
         !std::all_of(grid.begin(), grid.end(), [](const nlohmann::json& v) { return v.is_number(); }))
-      fail_input("{}/model_index.json: sample_sigmas {}: expected null or a list of numbers", opt.from, grid.dump());
+      fail_input("{}/model_index.json: sample_sigmas {}: expected null or a list of numbers", opt.from, json_excerpt(grid));
     sample_sigmas = grid.dump();
   }
   std::vector<ModelComponent> models;

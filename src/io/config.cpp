@@ -1,4 +1,5 @@
 #include "io/config.h"
+#include "io/json_text.h"
 
 #include "core/error.h"
 
@@ -7,7 +8,7 @@ namespace ditbatch {
 Config Config::parse(const std::string& text, const std::string& where) {
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text);
+    json = parse_json(text);
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: config is not valid JSON: {}", where, e.what());
   }
@@ -39,7 +40,7 @@ const nlohmann::json& Config::lookup(const std::string& key) const {
 int64_t Config::get_int(const std::string& key) const {
   const auto& v = lookup(key);
   if (v.is_boolean()) return v.get<bool>();
-  if (!v.is_number_integer()) fail_input("{}: config '{}' = {} is not an integer", where_, key, v.dump());
+  if (!v.is_number_integer()) fail_input("{}: config '{}' = {} is not an integer", where_, key, json_excerpt(v));
   return v.get<int64_t>();
 }
 
@@ -48,13 +49,13 @@ int64_t Config::get_int(const std::string& key, int64_t min, int64_t max) const 
   const int64_t value = get_int(key);
   // A JSON integer past int64 (an unsigned one) must not wrap into the range.
   if (value < min || value > max || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max)))
-    fail_input("{}: config '{}' = {} is out of range (expected {}..{})", where_, key, v.dump(), min, max);
+    fail_input("{}: config '{}' = {} is out of range (expected {}..{})", where_, key, json_excerpt(v), min, max);
   return value;
 }
 
 double Config::get_double(const std::string& key) const {
   const auto& v = lookup(key);
-  if (!v.is_number()) fail_input("{}: config '{}' = {} is not a number", where_, key, v.dump());
+  if (!v.is_number()) fail_input("{}: config '{}' = {} is not a number", where_, key, json_excerpt(v));
   return v.get<double>();
 }
 
@@ -62,33 +63,33 @@ bool Config::get_bool(const std::string& key) const {
   const auto& v = lookup(key);
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number_integer()) return v.get<int64_t>() != 0;
-  fail_input("{}: config '{}' = {} is not a boolean", where_, key, v.dump());
+  fail_input("{}: config '{}' = {} is not a boolean", where_, key, json_excerpt(v));
 }
 
 std::string Config::get_string(const std::string& key) const {
   const auto& v = lookup(key);
-  if (!v.is_string()) fail_input("{}: config '{}' = {} is not a string", where_, key, v.dump());
+  if (!v.is_string()) fail_input("{}: config '{}' = {} is not a string", where_, key, json_excerpt(v));
   return v.get<std::string>();
 }
 
 std::vector<int64_t> Config::get_ints(const std::string& key) const {
   const auto& v = lookup(key);
-  if (!v.is_array()) fail_input("{}: config '{}' = {} is not a list", where_, key, v.dump());
+  if (!v.is_array()) fail_input("{}: config '{}' = {} is not a list", where_, key, json_excerpt(v));
   std::vector<int64_t> out;
   for (const auto& x : v) {
     if (x.is_boolean()) out.push_back(x.get<bool>());
     else if (x.is_number_integer()) out.push_back(x.get<int64_t>());
-    else fail_input("{}: config '{}' = {} is not a list of integers", where_, key, v.dump());
+    else fail_input("{}: config '{}' = {} is not a list of integers", where_, key, json_excerpt(v));
   }
   return out;
 }
 
 std::vector<double> Config::get_doubles(const std::string& key) const {
   const auto& v = lookup(key);
-  if (!v.is_array()) fail_input("{}: config '{}' = {} is not a list", where_, key, v.dump());
+  if (!v.is_array()) fail_input("{}: config '{}' = {} is not a list", where_, key, json_excerpt(v));
   std::vector<double> out;
   for (const auto& x : v) {
-    if (!x.is_number()) fail_input("{}: config '{}' = {} is not a list of numbers", where_, key, v.dump());
+    if (!x.is_number()) fail_input("{}: config '{}' = {} is not a list of numbers", where_, key, json_excerpt(v));
     out.push_back(x.get<double>());
   }
   return out;

@@ -1,4 +1,5 @@
 #include "io/image_record.h"
+#include "io/json_text.h"
 
 #include <limits>
 
@@ -213,7 +214,7 @@ ImageRecord ImageRecord::from_json(const json& object) {
 }
 
 std::optional<ImageRecord> ImageRecord::parse(std::string_view text) {
-  const json object = json::parse(text, nullptr, false);
+  const json object = parse_json(text, nullptr, false);
   if (!object.is_object()) return std::nullopt;
   return from_json(object);
 }

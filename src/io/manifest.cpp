@@ -1,4 +1,5 @@
 #include "io/manifest.h"
+#include "io/json_text.h"
 
 #include <cerrno>
 #include <cstring>
@@ -133,7 +134,7 @@ std::optional<nlohmann::json> parse_manifest_line(std::string_view text, const s
     const std::string& key = parsed.get_ref<const std::string&>();
     return key == "index" || fields.count(key) > 0;
   };
-  nlohmann::json j = nlohmann::json::parse(text, fields.empty() ? nullptr : drop_others, false);
+  nlohmann::json j = parse_json(text, fields.empty() ? nullptr : drop_others, false);
   // A torn line from a killed writer, or not an object with an integer index: its image is
   // simply not done.
   if (j.is_discarded() || !j.is_object()) return std::nullopt;

@@ -1,4 +1,5 @@
 #include "io/prompt_file.h"
+#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
@@ -62,17 +63,17 @@ std::optional<T> field(const nlohmann::json& obj, const char* key, const std::st
   if (!obj.contains(key) || obj[key].is_null()) return std::nullopt;
   const auto& v = obj[key];
   if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) fail_input("{}: \"{}\" must be a string, found {}", where, key, v.dump());
+    if (!v.is_string()) fail_input("{}: \"{}\" must be a string, found {}", where, key, json_excerpt(v));
     return v.get<std::string>();
   } else if constexpr (std::is_same_v<T, double>) {
-    if (!v.is_number()) fail_input("{}: \"{}\" must be a number, found {}", where, key, v.dump());
+    if (!v.is_number()) fail_input("{}: \"{}\" must be a number, found {}", where, key, json_excerpt(v));
     return v.get<double>();
   } else {
     constexpr bool is_unsigned = std::is_same_v<T, uint64_t>;
     if (whole_but_out_of_range(v, is_unsigned))
-      fail_input("{}: \"{}\" {} is out of range ({})", where, key, v.dump(), range);
+      fail_input("{}: \"{}\" {} is out of range ({})", where, key, json_excerpt(v), range);
     if (!v.is_number_integer() || (is_unsigned && !v.is_number_unsigned()))
-      fail_input("{}: \"{}\" must be {}integer, found {}", where, key, is_unsigned ? "a non-negative " : "an ", v.dump());
+      fail_input("{}: \"{}\" must be {}integer, found {}", where, key, is_unsigned ? "a non-negative " : "an ", json_excerpt(v));
     return v.get<T>();
   }
 }
@@ -90,7 +91,7 @@ nlohmann::json parse_object(const std::string& line, const std::string& where) {
   };
   nlohmann::json obj;
   try {
-    obj = nlohmann::json::parse(line, callback);
+    obj = parse_json(line, callback);
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: not valid JSON: {}", where, e.what());
   }

@@ -1,4 +1,5 @@
 #include "io/run_record.h"
+#include "io/json_text.h"
 
 #include <filesystem>
 #include <fstream>
@@ -39,7 +40,7 @@ std::vector<nlohmann::json> read_run_records(const std::string& out_dir) {
   for (const auto& path : files) {
     std::ifstream in(path);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json j = parse_json(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("run_id") && j["run_id"].is_string() && j.contains("rank") &&
         j["rank"].is_number_integer())
       records.push_back(std::move(j));

@@ -1,4 +1,5 @@
 #include "io/safetensors.h"
+#include "io/json_text.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -72,8 +73,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint64_t data_size = f->size_ - f->data_start_;
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(static_cast<const char*>(f->map_) + 8,
-                                   static_cast<const char*>(f->map_) + 8 + header_len);
+    header = parse_json(std::string_view(static_cast<const char*>(f->map_) + 8, header_len));
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: header is not valid JSON: {}", path, e.what());
   }
@@ -175,7 +175,7 @@ SafetensorsSet SafetensorsSet::open_file(const std::string& path) {
 SafetensorsSet SafetensorsSet::open_index(const std::string& index_path) {
   nlohmann::json index;
   try {
-    index = nlohmann::json::parse(read_file(index_path));
+    index = parse_json(read_file(index_path));
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: not valid JSON: {}", index_path, e.what());
   }

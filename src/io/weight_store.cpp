@@ -1,4 +1,5 @@
 #include "io/weight_store.h"
+#include "io/json_text.h"
 
 #include <algorithm>
 #include <atomic>
@@ -82,7 +83,7 @@ void write_typed(const h5::Group& group, const std::string& key, const nlohmann:
 void write_config_attributes(const h5::Group& group, const std::string& config_json) {
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(config_json);
+    config = parse_json(config_json);
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: config is not valid JSON: {}", group.where(), e.what());
   }

@@ -1,4 +1,5 @@
 #include "model/lora.h"
+#include "io/json_text.h"
 
 #include <fmt/ranges.h>
 
@@ -154,7 +155,7 @@ MetadataConfig read_metadata(const std::string& path, const nlohmann::json& meta
     return m;
   nlohmann::ordered_json all;
   try {
-    all = nlohmann::ordered_json::parse(metadata["lora_adapter_metadata"].get<std::string>());
+    all = parse_json<nlohmann::ordered_json>(metadata["lora_adapter_metadata"].get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     fail_input("{}: metadata 'lora_adapter_metadata' is not valid JSON: {}", path, e.what());
   }
@@ -167,7 +168,7 @@ MetadataConfig read_metadata(const std::string& path, const nlohmann::json& meta
   auto number = [&](const char* key, double fallback) {
     if (!c.contains(key) || c[key].is_null()) return fallback;
     if (!c[key].is_number() || !std::isfinite(c[key].get<double>()))
-      fail_input("{}: the LoraConfig in its metadata has {} = {} (expected a number)", path, key, c[key].dump());
+      fail_input("{}: the LoraConfig in its metadata has {} = {} (expected a number)", path, key, json_excerpt(c[key]));
     return c[key].get<double>();
   };
   for (const char* key : {"use_dora", "lora_bias"})
@@ -365,7 +366,7 @@ LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const LoraTarget
         if (!is_target(path, meta.target_modules, module))
           fail_input("{}: key '{}': module {} is not among the target_modules {} of the LoraConfig in the file's "
                      "metadata (diffusers would leave it out)",
-                     path, keys.down->name, module, meta.target_modules.dump());
+                     path, keys.down->name, module, json_excerpt(meta.target_modules));
         const auto* r_value = pattern_value(path, meta.rank_pattern, module);
         const auto* a_value = pattern_value(path, meta.alpha_pattern, module);
         const double r = r_value && r_value->is_number() ? r_value->get<double>() : static_cast<double>(meta.r);

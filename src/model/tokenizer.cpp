@@ -1,4 +1,5 @@
 #include "model/tokenizer.h"
+#include "io/json_text.h"
 
 #include <oniguruma.h>
 #include <utf8proc.h>
@@ -87,7 +88,7 @@ std::string nfc(std::string_view text) {
 
 json parse_json_file(const TokenizerFiles& files, const std::string& name, const std::string& where) {
   try {
-    return json::parse(files.at(name));
+    return parse_json(files.at(name));
   } catch (const json::exception& e) {
     fail_input("{}/{}: bad JSON: {}", where, name, e.what());
   }
@@ -106,7 +107,7 @@ constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 
 int32_t token_id_from_json(const json& value, const std::string& file, const std::string& token) {
   if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId)
-    fail_input("{}: token \"{}\" has id {}, expected an integer in 0..{}", file, token, value.dump(), kMaxTokenId);
+    fail_input("{}: token \"{}\" has id {}, expected an integer in 0..{}", file, token, json_excerpt(value), kMaxTokenId);
   return static_cast<int32_t>(value.get<int64_t>());
 }
 
@@ -182,7 +183,7 @@ MergeList parse_json_merges(const json& merges_json, const std::string& file) {
       rule.left = m[0].get_ref<const std::string&>();
       rule.right = m[1].get_ref<const std::string&>();
     } else {
-      fail_input("{}: {} is neither \"A B\" nor [\"A\", \"B\"]", merges.where(rule), m.dump());
+      fail_input("{}: {} is neither \"A B\" nor [\"A\", \"B\"]", merges.where(rule), json_excerpt(m));
     }
     merges.rules.push_back(rule);
   }
@@ -197,6 +198,9 @@ class VocabReader : public nlohmann::json_sax<json> {
   VocabReader(std::string file, OnEntry on_entry) : file_(std::move(file)), on_entry_(std::move(on_entry)) {}
 
   void read(std::string_view text) {
+    if (const auto deep = find_json_too_deep(text))  // the SAX parser, too, recurses per level
+      fail_input("{}: bad JSON: nested deeper than {} levels at line {}, column {}", file_, kMaxJsonDepth, deep->line + 1,
+                 deep->column + 1);
     const bool ok = json::sax_parse(text.begin(), text.end(), this);
     if (!error_.empty()) fail_input("{}", error_);
     if (!ok) fail_input("{}: bad JSON", file_);
@@ -514,7 +518,7 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
     const json& bpe = require_member(tokenizer, "model", vocab_file);
     if (bpe.contains("type") && bpe["type"] != "BPE")
       fail_input("{}: model.type is {}, expected \"BPE\" (a Qwen2 byte-level BPE tokenizer)", vocab_file,
-                 bpe["type"].dump());
+                 json_excerpt(bpe["type"]));
     const json& vocab = require_member(bpe, "vocab", vocab_file + " model");
     if (!vocab.is_object()) fail_input("{}: model.vocab is not an object {{\"symbol\": id, ...}}", vocab_file);
     model->vocab.reserve(vocab.size());
@@ -526,7 +530,7 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, const std::string& 
       if (!list.is_array()) fail_input("{}: added_tokens is not an array", vocab_file);
       for (const json& entry : list) {
         if (!entry.is_object() || !entry.contains("content") || !entry["content"].is_string() || !entry.contains("id"))
-          fail_input("{}: added_tokens entry {} lacks \"content\" or \"id\"", vocab_file, entry.dump());
+          fail_input("{}: added_tokens entry {} lacks \"content\" or \"id\"", vocab_file, json_excerpt(entry));
         const std::string content = entry["content"].get<std::string>();
         check_added_token_flags(entry, content, vocab_file);
         added_rules.push_back({content, token_id_from_json(entry["id"], vocab_file, content), vocab_file});

@@ -1,4 +1,5 @@
 #include "pipeline/qwen_image_21_pipeline.h"
+#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +33,7 @@ std::vector<double> QwenImage21Pipeline::sample_sigmas(const WeightStore& weight
   if (text.empty()) return {};
   nlohmann::json grid;
   try {
-    grid = nlohmann::json::parse(text);
+    grid = parse_json(text);
   } catch (const nlohmann::json::exception&) {
     grid = nullptr;
   }

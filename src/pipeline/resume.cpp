@@ -1,4 +1,5 @@
 #include "pipeline/resume.h"
+#include "io/json_text.h"
 
 #include <fmt/ranges.h>
 #include <algorithm>
@@ -129,7 +130,7 @@ class LoraVerdicts {
   explicit LoraVerdicts(const DenoiserSetup& setup) : now_(lora_set_key(setup.loras)) {}
   bool same(const std::string& then) {
     if (then != then_ || !known_) {
-      same_ = lora_set_key(nlohmann::json::parse(then)) == now_;  // as changed_denoiser_settings reads it
+      same_ = lora_set_key(parse_json(then)) == now_;  // as changed_denoiser_settings reads it
       then_ = then;
       known_ = true;
     }

@@ -84,6 +84,32 @@ def sharded_manifest(manifest):
     return "".join(line + "\n" for line in lines)
 
 
+DEEP_LEVELS = 30000  # past every parser's nesting limit, and deep enough to overflow a recursive one
+
+
+def deep(levels=DEEP_LEVELS, open_="[", close="]"):
+    return open_ * levels + close * levels
+
+
+def deep_seeds():
+    """An input per JSON target whose value nests DEEP_LEVELS deep (once a crash in every parser);
+    tools/fuzz.sh's -max_len lets the fuzzers mutate inputs of that size."""
+    header = json.dumps({"__metadata__": {"format": "pt"}})[:-2] + ', "x": ' + deep() + "}}"
+    raw_header = struct.pack("<Q", len(header)) + header.encode()
+    seed("safetensors", "deep-header.safetensors", raw_header)
+    seed("safetensors_index", "deep.json", '{"metadata": {"total_size": 72}, "weight_map": ' + deep() + "}")
+    for component in ("transformer", "vae", "text_encoder"):
+        seed(f"model_config_{component}", "deep.bin",
+             files(("config.json", ('{"num_layers": ' + deep() + "}").encode()), ("model.safetensors", raw_header)))
+    seed("scheduler_config", "deep.json", '{"shift": ' + deep() + "}")
+    seed("tokenizer", "deep.bin", files(("vocab.json", ('{"a": ' + deep() + "}").encode()),
+                                        ("tokenizer_config.json", ('{"x": ' + deep() + "}").encode())))
+    seed("tokenize", "deep.jsonl", '"a fox"\n' + deep() + "\n")
+    seed("prompts_jsonl", "deep.jsonl", '{"prompt": "a fox"}\n{"seed": 1, "prompt": ' + deep() + "}\n")
+    seed("run_report", "deep.bin", files(("manifest.jsonl", ('{"index": 0, "file": ' + deep() + "}\n").encode()),
+                                         ("run.json", ('{"ranks": ' + deep(open_="{", close="}") + "}").encode())))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -166,6 +192,8 @@ def main():
     seed("manifest", "manifest.jsonl", manifest)
     seed("manifest", "torn-last-line.jsonl", manifest + manifest.splitlines()[0][:40])
     seed("manifest", "sharded.jsonl", sharded_manifest(manifest))
+    seed("manifest", "deep-line.jsonl", manifest + '{"index": 1, "loras": ' + deep() + "}\n")
+    deep_seeds()
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(CORPUS) for f in fs)
     print(f"corpus: {total} bytes in {CORPUS}; fixture: {fixture}")
 

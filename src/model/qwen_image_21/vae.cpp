@@ -1,4 +1,5 @@
 #include "model/qwen_image_21/vae.h"
+#include "io/json_text.h"
 
 #include "core/error.h"
 
@@ -10,7 +11,7 @@ Vae21Config Vae21Config::from(const Config& comp) {
     fail_input("{}: is_residual false is not implemented (Qwen-Image-2.1's decoder is residual)", comp.where());
   if (comp.has("patch_size") && !comp.json()["patch_size"].is_null())
     fail_input("{}: patch_size {} is not implemented (Qwen-Image-2.1's VAE has none)", comp.where(),
-               comp.json()["patch_size"].dump());
+               json_excerpt(comp.json()["patch_size"]));
   if (comp.has("attn_scales") && !comp.get_ints("attn_scales").empty())
     fail_input("{}: attn_scales must be empty (attention only in the mid block)", comp.where());
   c.decoder_base_dim = comp.get_int(comp.has("decoder_base_dim") ? "decoder_base_dim" : "base_dim", 1, kMaxConfigWidth);
