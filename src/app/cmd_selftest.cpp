@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -131,6 +132,15 @@ int cmd_selftest(const std::vector<std::string>& args) {
   o.measure = !vm.count("no-measure");
   if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
   if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);
+  // Bad paths are bad input (exit 2), said before the check runs, not a FAIL verdict of the node.
+  if (!o.json_path.empty()) check_output_file("--json", o.json_path);
+  if (!o.temp_dir.empty() && !std::filesystem::is_directory(o.temp_dir))
+    fail_input("--temp-dir {}: {}", o.temp_dir,
+               std::filesystem::exists(o.temp_dir) ? "is not a folder" : "no such folder");
+  if (o.goldens != "none" && o.goldens != "auto" &&
+      !(file_exists(o.goldens + "/pipeline.h5") && file_exists(o.goldens + "/tiny-pipeline/model_index.json")))
+    fail_input("--goldens {}: expected a folder holding pipeline.h5 and tiny-pipeline/ (tests/data/golden of a "
+               "checkout), or none", o.goldens);
 
   World world(nullptr, nullptr);
   Stopwatch watch;

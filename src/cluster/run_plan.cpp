@@ -54,6 +54,7 @@ void check_output_dir(const std::string& dir) {
   // whatever it points to (nothing in --out is ever followed).
   for (const auto& [name, what] : {std::pair{"manifest.jsonl", "a file: the run keeps its list of images there"},
                                    std::pair{".manifest", "a folder: the run keeps its manifest parts there"},
+                                   std::pair{".runs", "a folder: the run keeps its run records there"},
                                    std::pair{".manifest.lock", "a file: the manifest's lock"},
                                    std::pair{".ditbatch-run.lock", "a file: the run's lock"}}) {
     const std::string path = dir + "/" + name;

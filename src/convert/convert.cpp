@@ -31,7 +31,31 @@ bool is_unused_text_encoder_tensor(const std::string& name) {
 
 namespace {
 
-nlohmann::json parse_json_file(const std::string& path) {
+// A file (or subfolder) of the diffusers folder, read only where the folder is: the folder is the
+// user's, and as root a link planted in it would have another user's file stored in the
+// world-readable .h5. Its real path must lie inside the folder or, for a snapshot of the Hugging
+// Face cache (.../snapshots/REV, whose files are links to ../../blobs/), in that cache's blobs/.
+// A link loop, or a link to nothing, is said as such.
+void check_inside_folder(const fs::path& root, const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;  // missing: the reader says so
+  std::error_code ec;
+  const fs::path target = fs::canonical(path, ec);
+  if (ec) fail_input("{}: cannot be resolved ({}): a symbolic link loop, or a link to nothing", path, ec.message());
+  const fs::path folder = fs::canonical(root);
+  const auto inside = [&](const fs::path& dir) {
+    const fs::path relative = target.lexically_relative(dir);
+    return !relative.empty() && *relative.begin() != "..";
+  };
+  if (inside(folder) || (folder.parent_path().filename() == "snapshots" &&
+                         inside(folder.parent_path().parent_path() / "blobs")))
+    return;
+  fail_input("{}: leads to {}, outside the pipeline folder {}: ditbatch reads a diffusers folder's files only inside it "
+             "(or in its Hugging Face cache's blobs/)", path, target.string(), folder.string());
+}
+
+nlohmann::json parse_json_file(const fs::path& root, const std::string& path) {
+  check_inside_folder(root, path);
   if (!file_exists(path)) fail_input("{}: missing (expected in a diffusers pipeline folder)", path);
   try {
     return parse_json(read_file(path));
@@ -172,7 +196,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   check_output_file(opt.to);
 
   // ---- validate everything first: nothing is written for a folder that cannot convert ----
-  nlohmann::json index = parse_json_file((root / "model_index.json").string());
+  nlohmann::json index = parse_json_file(root, (root / "model_index.json").string());
   const std::string pipeline_class = index.value("_class_name", "");
   const FolderFamily& family = folder_family(pipeline_class, opt.from);
   // Qwen-Image-2.1 Turbo's fixed sigma grid (null in the base checkpoint): kept as given.
@@ -189,19 +213,27 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     ModelComponent m;
     m.name = name;
     m.config_path = (root / name / "config.json").string();
-    parse_json_file(m.config_path);
+    check_inside_folder(root, (root / name).string());
+    parse_json_file(root, m.config_path);
     m.config_json = read_file(m.config_path);
     m.tensors = SafetensorsSet::open_dir((root / name).string());
+    for (const std::string& file : m.tensors.files()) check_inside_folder(root, file);
     check_component_tensors(m.name, m.config_path, m.config_json, m.tensors, opt.from, pipeline_class);
     models.push_back(std::move(m));
   }
   const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();
-  parse_json_file(scheduler_config_path);
+  parse_json_file(root, scheduler_config_path);
   const fs::path tokenizer_dir = root / family.tokenizer_folder;
+  check_inside_folder(root, tokenizer_dir.string());
   if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the {}/ folder", opt.from, family.tokenizer_folder);
-  TokenizerFiles tokenizer_files;  // read once: what is checked is what is written
-  for (const auto& e : fs::directory_iterator(tokenizer_dir))
-    if (e.is_regular_file()) tokenizer_files[e.path().filename().string()] = read_file(e.path().string());
+  // Read once (what is checked is what is written), and only the files the tokenizer reads:
+  // anything else in the folder (a README, a 50 MB stray file) stays out of the .h5.
+  TokenizerFiles tokenizer_files;
+  for (const std::string& name : Tokenizer::file_names()) {
+    const std::string path = (tokenizer_dir / name).string();
+    check_inside_folder(root, path);
+    if (file_exists(path)) tokenizer_files[name] = read_file(path);
+  }
   bool has_vocab = tokenizer_files.count("tokenizer.json") ||
                    (tokenizer_files.count("vocab.json") && tokenizer_files.count("merges.txt"));
   if (!has_vocab) fail_input("{}: needs vocab.json + merges.txt (or tokenizer.json)", tokenizer_dir.string());
@@ -247,6 +279,13 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   else if (file_exists(opt.to))
     log.info("{} exists: it is replaced when the conversion completes", opt.to);
   WeightWriter writer(opt.to);
+  // No more readable than its inputs: a weight file of files only their owner may read is too.
+  unsigned readable = 0777;
+  for (const std::string& input : inputs) {
+    struct stat in {};
+    if (::stat(input.c_str(), &in) == 0) readable &= in.st_mode & 0777;
+  }
+  writer.restrict_permissions(readable);
   std::string model_name = opt.model_name;
   if (model_name.empty()) model_name = index.value("_name_or_path", "");
   if (model_name.empty()) model_name = fs::absolute(root).lexically_normal().filename().string();

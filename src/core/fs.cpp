@@ -132,6 +132,12 @@ namespace {
 
 // rename tmp -> final (a link or file at final is replaced, never followed), fsync the folder.
 void rename_into_place(const std::string& tmp_path, const std::string& final_path) {
+  // A rename replaces whatever is at the name: a device node (as root, /dev/null), a FIFO or a
+  // socket is never replaced by a file, whichever command writes it.
+  if (const std::string what = non_regular_file(final_path); !what.empty()) {
+    std::remove(tmp_path.c_str());
+    fail_input("{}: is {}, not a file; ditbatch writes only regular files: name another path", final_path, what);
+  }
   if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp_path.c_str());
@@ -303,6 +309,15 @@ std::string non_regular_file(const std::string& path) {
   struct stat target {};
   if (::stat(path.c_str(), &target) != 0 || S_ISREG(target.st_mode)) return "";
   return "a symbolic link to " + describe_file_type(target.st_mode);
+}
+
+void check_output_file(const std::string& option, const std::string& path) {
+  if (const std::string what = non_regular_file(path); !what.empty())
+    fail_input("{} {}: is {}, not a file; ditbatch writes only regular files: name another path", option, path, what);
+  const fs::path dir = fs::path(path).parent_path();
+  struct stat st {};
+  if (!dir.empty() && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+    fail_input("{} {}: the folder {} does not exist", option, path, dir.string());
 }
 
 int open_regular_file(const std::string& path, bool follow_links, std::string* why) {

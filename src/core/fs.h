@@ -72,6 +72,9 @@ std::string describe_file_type(unsigned mode);
 // "a character device", "a FIFO (named pipe)", "a symbolic link to a folder", ...; "" when
 // nothing, a regular file, or a link to one (or to nothing) is there.
 std::string non_regular_file(const std::string& path);
+// Before any work, that a file a command will write at `path` (given as `option`) can be: throws
+// InputError when a folder, FIFO, device or link to one is there, or its folder does not exist.
+void check_output_file(const std::string& option, const std::string& path);
 // A read-only descriptor of `path` when it is a regular file (opened without blocking: a FIFO
 // is refused, not waited on), else -1 with `why` set: "no such file", "a FIFO (named pipe)",
 // "a symbolic link" (with follow_links false: inside an output folder nothing is followed).

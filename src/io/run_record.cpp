@@ -2,7 +2,6 @@
 #include "io/json_text.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -13,6 +12,7 @@ namespace fs = std::filesystem;
 
 namespace {
 const char* kRunsDir = ".runs";
+constexpr int64_t kMaxRunRecordBytes = int64_t{16} << 20;  // a record is a few KB
 }
 
 void write_run_record(const std::string& out_dir, const nlohmann::json& record) {
@@ -23,6 +23,10 @@ void write_run_record(const std::string& out_dir, const nlohmann::json& record) 
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("{}: cannot create the folder of run records: {}", dir.string(), ec.message());
+  // Never through a link planted at .runs: the record would be written wherever it points.
+  if (!fs::is_directory(fs::symlink_status(dir, ec)))
+    fail_input("{}: is not a folder (a symbolic link?), which ditbatch does not follow in an output folder; remove it",
+               dir.string());
   const std::string name =
       fmt::format("{}-rank{:05d}.json", record["run_id"].get<std::string>(), record["rank"].get<int64_t>());
   write_file_atomic((dir / name).string(), record.dump() + "\n");
@@ -32,14 +36,20 @@ std::vector<nlohmann::json> read_run_records(const std::string& out_dir) {
   std::vector<nlohmann::json> records;
   const fs::path dir = fs::path(out_dir) / kRunsDir;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return records;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return records;  // a link is not followed
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   for (const auto& path : files) {
-    std::ifstream in(path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Others may plant anything here: only regular files, never followed, opened without
+    // blocking (a FIFO once hung `report`), of a record's size; anything else is skipped.
+    std::string text;
+    try {
+      text = read_file(path.string(), kMaxRunRecordBytes, /*follow_links=*/false);
+    } catch (const InputError&) {
+      continue;
+    }
     nlohmann::json j = parse_json(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("run_id") && j["run_id"].is_string() && j.contains("rank") &&
         j["rank"].is_number_integer())

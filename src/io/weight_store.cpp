@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -389,6 +390,12 @@ WeightWriter::WeightWriter(const std::string& final_path, int64_t format_version
                  format_version);
   root_.set_attr("format_version", format_version);
   root_.set_attr("created_by", std::string("ditbatch ") + DITBATCH_VERSION);
+}
+
+void WeightWriter::restrict_permissions(unsigned allowed) {
+  struct stat st {};
+  if (::stat(temp_.path().c_str(), &st) != 0 || ::chmod(temp_.path().c_str(), st.st_mode & 07777 & allowed) != 0)
+    fail("{}: cannot set its permissions: {}", temp_.path(), std::strerror(errno));
 }
 
 // Unfinished (an exception, or destroyed early): the HDF5 objects close, then temp_ removes the file.

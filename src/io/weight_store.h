@@ -155,6 +155,8 @@ class WeightWriter {
   // format costs to load.
   explicit WeightWriter(const std::string& final_path, int64_t format_version = kWeightFormatVersion);
   ~WeightWriter();
+  // Clears the permission bits (of 0777) that `allowed` lacks, on the file being written.
+  void restrict_permissions(unsigned allowed);
   WeightWriter(const WeightWriter&) = delete;
   WeightWriter& operator=(const WeightWriter&) = delete;
 

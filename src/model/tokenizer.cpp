@@ -483,12 +483,17 @@ class Tokenizer::PieceSplitter {
 
 // ---- loading --------------------------------------------------------------------------------------
 
+const std::vector<std::string>& Tokenizer::file_names() {
+  static const std::vector<std::string> names = {"tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json",
+                                                 "tokenizer_config.json"};
+  return names;
+}
+
 Tokenizer Tokenizer::from_folder(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) fail_input("{}: not a tokenizer folder (no such directory)", dir);
   TokenizerFiles files;
-  for (const char* name :
-       {"tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json"}) {
+  for (const std::string& name : file_names()) {
     const std::string path = (fs::path(dir) / name).string();
     if (file_exists(path)) files.emplace(name, read_file(path));
   }

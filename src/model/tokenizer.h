@@ -26,6 +26,8 @@ using TokenizerFiles = std::map<std::string, std::string>;
 // their own regex and an empty cache. Give each thread its own copy.
 class Tokenizer {
  public:
+  // The files a tokenizer folder may hold that the tokenizer reads (convert stores these only).
+  static const std::vector<std::string>& file_names();
   // A folder with vocab.json + merges.txt (+ added_tokens.json and/or tokenizer_config.json),
   // or with tokenizer.json (which then supplies the vocabulary, merges and added tokens).
   static Tokenizer from_folder(const std::string& dir);
