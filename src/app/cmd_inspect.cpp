@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/json_text.h"
 #include "io/weight_store.h"
 #include "model/prompt_tokens.h"
 #include "pipeline/memory_plan.h"
@@ -56,6 +57,18 @@ int cmd_inspect(const std::vector<std::string>& args) {
   for (const char* attr : {"model_name", "source", "created_by", "pipeline_class", "checksum"})
     std::cout << "  " << attr << ": " << store.root_string(attr, "-") << "\n";
   std::cout << "  format_version: " << store.root_int("format_version") << "\n";
+  // The rest of the root attributes (what the checksum covers besides configs and tensors).
+  const std::vector<std::string> shown = {"model_name", "source", "created_by", "pipeline_class", "checksum",
+                                          "format_version"};
+  for (const std::string& attr : store.root().attr_names()) {
+    if (std::find(shown.begin(), shown.end(), attr) != shown.end() ||
+        (attr.starts_with("checksum.") && attr != "checksum.root"))
+      continue;
+    const std::string text = store.root().attr_text(attr);
+    std::string value = text.starts_with("s:") ? text.substr(2) : text.substr(text.find(':') + 1);
+    for (char& c : value) if (c == '\n') c = ' ';
+    std::cout << "  " << attr << ": " << text_excerpt(value, 100) << "\n";
+  }
   int64_t total_params = 0;
   for (const auto& name : store.components()) {
     Component comp = store.component(name);

@@ -410,6 +410,27 @@ std::vector<double> Group::attr_doubles(const std::string& name) const {
   return read_numeric_attr<double>(*this, name, H5T_NATIVE_DOUBLE);
 }
 
+std::string Group::attr_text(const std::string& name) const {
+  H5T_class_t type_class = H5T_NO_CLASS;
+  size_t size = 0;
+  {
+    Handle attr = open_attr(*this, name);
+    Handle type(H5Aget_type(attr.id()), H5Tclose);
+    type_class = H5Tget_class(type.id());
+    size = H5Tget_size(type.id());
+  }
+  switch (type_class) {
+    case H5T_STRING: return "s:" + attr_string(name);
+    case H5T_INTEGER: return fmt::format("i:{}", fmt::join(attr_ints(name), ","));
+    case H5T_FLOAT: {
+      std::string text = "f:";
+      for (const double v : attr_doubles(name)) text += fmt::format("{}{:.17g}", text.size() > 2 ? "," : "", v);
+      return text;
+    }
+    default: return fmt::format("c{}:{} bytes", static_cast<int>(type_class), size);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Group: datasets
 

@@ -94,6 +94,9 @@ class Group {
   double attr_double(const std::string& name) const;
   std::vector<int64_t> attr_ints(const std::string& name) const;
   std::vector<double> attr_doubles(const std::string& name) const;
+  // Any attribute as text that names its type: "s:TEXT", "i:1,2", "f:0.5" (17 digits), else
+  // "c<class>:<size> bytes" (what a checksum over attributes hashes).
+  std::string attr_text(const std::string& name) const;
 
   // Datasets (contiguous). Writing a float dataset stores `data` as it is, in `dtype`.
   void write_dataset(const std::string& name, const Shape& shape, DType dtype, const void* data) const;

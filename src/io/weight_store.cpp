@@ -179,6 +179,16 @@ std::string file_checksum(std::vector<std::pair<std::string, std::string>> compo
   return all.hex();
 }
 
+std::string root_checksum(const h5::Group& root) {
+  std::vector<std::string> names = root.attr_names();
+  std::sort(names.begin(), names.end());
+  Sha256 h;
+  for (const std::string& name : names)
+    if (name != "checksum" && !name.starts_with("checksum.") && name != "created_by" && name != "source")
+      h.update(name + "\n" + root.attr_text(name) + "\n");
+  return h.hex();
+}
+
 // ---- Component -----------------------------------------------------------------------------
 
 Component::Component(h5::Group group, std::string name, DigestKind digests, std::shared_ptr<MappedFile> mapping)
@@ -310,8 +320,8 @@ WeightStore WeightStore::open(const std::string& path, WeightAccess access) {
                "after conversion would go unnoticed. Convert it again (ditbatch convert --from DIFFUSERS_DIR --to {}), "
                "or run make-tiny again",
                path, path);
-  if (version != kWeightFormatVersion && version != 2)
-    fail_input("{}: weight format version {} is not supported by this ditbatch (expected 2 or {})", path, version,
+  if (version < 2 || version > kWeightFormatVersion)
+    fail_input("{}: weight format version {} is not supported by this ditbatch (expected 2 to {})", path, version,
                kWeightFormatVersion);
   store.digests_ = digest_kind_of_format(version);
   // The checksum from what the file holds (configs, names, shapes, digests: no tensor bytes,
@@ -338,6 +348,15 @@ WeightStore WeightStore::open(const std::string& path, WeightAccess access) {
                  "was changed after it was written; convert it again",
                  path, name, recorded.empty() ? std::string("none") : recorded.substr(0, 12), sum.substr(0, 12));
     sums.emplace_back(name, sum);
+  }
+  if (version >= 4) {  // the root attributes: an edited prompt template changes every image
+    const std::string sum = root_checksum(store.root_);
+    const std::string recorded = store.root_string("checksum.root");
+    if (sum != recorded)
+      fail_input("{}: the checksum recorded for its root attributes ({}) does not match them ({}): an attribute "
+                 "(prompt_template, pipeline_class, ...) was changed after the file was written; convert it again",
+                 path, recorded.empty() ? std::string("none") : recorded.substr(0, 12), sum.substr(0, 12));
+    sums.emplace_back("/", sum);
   }
   store.checksum_ = file_checksum(std::move(sums));
   const std::string recorded = store.root_string("checksum");
@@ -386,8 +405,9 @@ WeightWriter::WeightWriter(const std::string& final_path, int64_t format_version
       remove_on_signal_(std::make_unique<RemoveOnSignal>(temp_.path())) {
   file_ = std::make_unique<h5::File>(h5::File::create_exclusive(temp_.path(), /*page_aligned=*/true));
   root_ = file_->root();
-  DITBATCH_CHECK(format_version == kWeightFormatVersion || format_version == 2, "WeightWriter: format {}",
+  DITBATCH_CHECK(format_version >= 2 && format_version <= kWeightFormatVersion, "WeightWriter: format {}",
                  format_version);
+  format_version_ = format_version;
   root_.set_attr("format_version", format_version);
   root_.set_attr("created_by", std::string("ditbatch ") + DITBATCH_VERSION);
 }
@@ -500,6 +520,11 @@ void WeightWriter::set_root_attr(const std::string& name, int64_t value) { root_
 
 void WeightWriter::finish() {
   DITBATCH_CHECK(!current_, "finish inside component {}", current_name_);
+  if (format_version_ >= 4) {
+    const std::string sum = root_checksum(root_);
+    root_.set_attr("checksum.root", sum);
+    checksums_.emplace_back("/", sum);
+  }
   root_.set_attr("checksum", file_checksum(checksums_));
   root_ = h5::Group();
   file_->close_checked();

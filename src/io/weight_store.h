@@ -43,13 +43,15 @@
 
 namespace ditbatch {
 
-constexpr int64_t kWeightFormatVersion = 3;
+// Format 4: the file's checksum covers its root attributes too (prompt template, pipeline class,
+// sigma grid, ...: what changes an image besides configs and tensors), as "checksum.root".
+constexpr int64_t kWeightFormatVersion = 4;
 
 // How a format digests a dataset's stored bytes: the hash of the concatenated hex hashes of
 // each 4 MiB piece (the pieces hash in parallel, each right after it is read).
 enum class DigestKind {
   Sha256Pieces,  // format 2: SHA-256
-  Xxh3Pieces,    // format 3: XXH3-128 (the canonical, big-endian hex of xxhsum -H2)
+  Xxh3Pieces,    // formats 3 and 4: XXH3-128 (the canonical, big-endian hex of xxhsum -H2)
 };
 constexpr size_t kDigestPiece = size_t{4} << 20;
 DigestKind digest_kind_of_format(int64_t format_version);
@@ -143,8 +145,12 @@ struct DatasetDigest {
 };
 // The checksum of a component: its config (if any) and its datasets' digests, in name order.
 std::string component_checksum(const std::string& config_json, std::vector<DatasetDigest> datasets);
-// The checksum of a file: of its (component, checksum) pairs, in name order.
+// The checksum of a file: of its (component, checksum) pairs, in name order (format 4: with
+// ("/", root_checksum) among them).
 std::string file_checksum(std::vector<std::pair<std::string, std::string>> components);
+// The checksum of the root group's attributes (name and typed value, in name order) but the
+// checksums themselves and those that change no image: created_by, source.
+std::string root_checksum(const h5::Group& root);
 
 // Writes a weight file: temp name, per-component checksums, fsync + rename at finish().
 // Destroyed without finish(), or the process ended by SIGINT / SIGTERM / SIGHUP: the temp file
@@ -184,6 +190,7 @@ class WeightWriter {
   std::string current_name_, current_config_;
   std::vector<DatasetDigest> current_digests_;
   std::vector<std::pair<std::string, std::string>> checksums_;
+  int64_t format_version_ = kWeightFormatVersion;
 };
 
 // Refuses (InputError) a weight file's path where something other than a file is: a device,

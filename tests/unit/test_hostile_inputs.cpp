@@ -254,6 +254,46 @@ TEST(HostileWeights, ATensorEditedInPlaceIsRefused) {
 // A digest is the hash of the concatenated hex hashes of each 4 MiB piece: format 3's with
 // XXH3-128 as the python xxhash package computes it (Debian's python3-xxhash, for Debian's
 // python3), format 2's with SHA-256 as hashlib does.
+// Editing a root attribute in place (the prompt template, the tokens it drops) changed every
+// image but not model_checksum, so a resume mixed images of two models: the checksum covers
+// every root attribute that can change an image, and an edit is refused at open.
+TEST(HostileWeights, ARootAttributeEditedInPlaceIsRefused) {
+  TempDir dir;
+  for (const auto& [attr, edit] : std::vector<std::pair<std::string, std::function<void(h5::Group&)>>>{
+           {"prompt_template", [](h5::Group& root) { root.set_attr("prompt_template", std::string("{}")); }},
+           {"prompt_template_encode_start_idx",
+            [](h5::Group& root) { root.set_attr("prompt_template_encode_start_idx", int64_t{33}); }},
+           {"an added sample_sigmas", [](h5::Group& root) { root.set_attr("sample_sigmas", 0.5); }},
+       }) {
+    SCOPED_TRACE(attr);
+    const std::string path = dir / "edited.h5";
+    fs::remove(path);
+    fs::copy_file(test::tiny_model(), path);
+    {
+      h5::File f = h5::File::open_rw(path);
+      h5::Group root = f.root();
+      edit(root);
+    }
+    const auto r = test::run(small_run(path, dir / "out", "--prompt x"));
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(has(r.output, path + ": the checksum recorded for its root attributes (")) << r.output;
+    EXPECT_TRUE(has(r.output, "was changed after the file was written; convert it again")) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out/000000-x.png"));
+  }
+  // Attributes that change no image (where it was converted from, by which ditbatch) may differ.
+  const std::string moved = dir / "moved.h5";
+  fs::copy_file(test::tiny_model(), moved);
+  h5::File::open_rw(moved).root().set_attr("source", std::string("/elsewhere"));
+  EXPECT_EQ(WeightStore::open(moved).checksum(), WeightStore::open(test::tiny_model()).checksum());
+  // A file of format 3 (before the root attributes were covered) still loads, with its checksum.
+  const std::string v3 = dir / "v3.h5";
+  test::rewrite_weights(test::tiny_model(), v3, {}, /*format_version=*/3);
+  EXPECT_EQ(WeightStore::open(v3).root_int("format_version"), 3);
+  EXPECT_FALSE(WeightStore::open(v3).root().has_attr("checksum.root"));
+  EXPECT_NE(WeightStore::open(v3).checksum(), WeightStore::open(test::tiny_model()).checksum());
+  EXPECT_EQ(test::run(small_run(v3, dir / "v3-out", "--prompt x")).status, 0);
+}
+
 TEST(HostileWeights, TheTensorDigestsAreTheDocumentedOnes) {
   const std::vector<float> small = test::random_floats(1000, 5);
   std::string bytes(reinterpret_cast<const char*>(small.data()), small.size() * 4);

@@ -35,9 +35,10 @@ struct WeightEdits {
 // `from` written again by WeightWriter into `to`, through `edits`: a weight file as a converter
 // would write it from a checkpoint that holds those changes (digests and checksums describe
 // them), unlike an edit in place.
-inline void rewrite_weights(const std::string& from, const std::string& to, const WeightEdits& edits) {
+inline void rewrite_weights(const std::string& from, const std::string& to, const WeightEdits& edits,
+                            int64_t format_version = kWeightFormatVersion) {
   const WeightStore in = WeightStore::open(from);
-  WeightWriter out(to);
+  WeightWriter out(to, format_version);
   for (const char* attr : {"model_name", "source", "pipeline_class", "prompt_template"})
     if (in.root().has_attr(attr)) {
       std::string value = in.root_string(attr);
