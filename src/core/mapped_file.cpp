@@ -12,45 +12,87 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 namespace ditbatch {
 
 namespace {
 
-// What the SIGBUS handler writes: set before the handler can run, never freed.
-std::atomic<const char*> g_sigbus_message{nullptr};
+// The mapped files, for the SIGBUS handler: a fault inside one of them means the file shrank
+// under the run. Fixed slots, read without locks from the handler.
+struct MappedSlot {
+  std::atomic<uintptr_t> begin{0}, end{0};
+  std::atomic<const char*> message{nullptr};
+};
+constexpr int kMappedSlots = 64;
+MappedSlot g_mapped[kMappedSlots];
+struct sigaction g_previous_sigbus {};  // what handled SIGBUS before (Open MPI's backtrace, a sanitizer's)
 
-void on_sigbus(int signal_number) {
-  if (const char* message = g_sigbus_message.load()) {
-    ssize_t ignored = ::write(STDERR_FILENO, message, std::strlen(message));
-    (void)ignored;
+void write_stderr(const char* text) {
+  ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
+
+// A fault in a mapped weight file: say which file and why, remove this process's temporary
+// files (an image being written), and exit 1 as any other run-time failure does. The images
+// finished so far are complete and their manifest lines were fsynced as each was made. Any
+// other SIGBUS goes to the handler that was there before, or ends the process as SIGBUS does.
+void on_sigbus(int signal_number, siginfo_t* info, void* context) {
+  const auto address = reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr);
+  for (const MappedSlot& slot : g_mapped) {
+    const char* message = slot.message.load();
+    if (message && address >= slot.begin.load() && address < slot.end.load()) {
+      write_stderr(message);
+      remove_temp_files_now();
+      ::_exit(1);
+    }
   }
-  ::signal(signal_number, SIG_DFL);  // then end as the signal would have: status says SIGBUS
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
+    if (g_previous_sigbus.sa_sigaction) return g_previous_sigbus.sa_sigaction(signal_number, info, context);
+  } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN) {
+    return g_previous_sigbus.sa_handler(signal_number);
+  }
+  ::signal(signal_number, SIG_DFL);
   ::raise(signal_number);
 }
 
-// Names the newest mapped file in the message; the handler goes in once, and only where
-// nobody else (a sanitizer, a debugger's runtime) handles SIGBUS already.
-void name_mapped_file_on_sigbus(const std::string& path) {
-  const std::string text = "ditbatch: SIGBUS reading a memory-mapped file (the newest mapped is " + path +
-                           "): it shrank or became unreadable while in use. Do not truncate or rewrite a weight file "
-                           "in place while a run reads it (write a new file and rename it over the old one)\n";
-  // Every message is kept (a handler may be reading an older one), reachable to the end.
+// Registers [data, data + size) of `path` with the handler, which goes in at the first mapping
+// (after MPI_Init: Open MPI's own handler is kept for every other fault). Returns the slot, or
+// -1 when all are taken (the fault then ends the process as before).
+int register_mapping(const char* data, size_t size, const std::string& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &g_previous_sigbus);
+  });
+  // Every message is kept (the handler may read a slot while it is reused), reachable to the end.
   static std::mutex kept_lock;
   static std::deque<std::string> kept;
   const std::lock_guard<std::mutex> lock(kept_lock);
-  g_sigbus_message.store(kept.emplace_back(text).c_str());
-  static const bool installed = [] {
-    struct sigaction current {};
-    if (sigaction(SIGBUS, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
-        (current.sa_flags & SA_SIGINFO) != 0)
-      return false;
-    struct sigaction action {};
-    action.sa_handler = on_sigbus;
-    sigemptyset(&action.sa_mask);
-    return sigaction(SIGBUS, &action, nullptr) == 0;
-  }();
-  (void)installed;
+  for (int i = 0; i < kMappedSlots; ++i) {
+    MappedSlot& slot = g_mapped[i];
+    if (slot.message.load()) continue;
+    const std::string& text = kept.emplace_back(
+        "ditbatch: error: " + path + ": the weight file changed under the run (it shrank while its tensors were "
+        "read: truncated, or rewritten in place, e.g. by cp over it). The images finished so far are kept and listed in "
+        "the manifest; run again to make the rest. Replace a weight file by writing a new one and renaming it over the "
+        "old one\n");
+    slot.begin.store(reinterpret_cast<uintptr_t>(data));
+    slot.end.store(reinterpret_cast<uintptr_t>(data) + size);
+    slot.message.store(text.c_str());
+    return i;
+  }
+  return -1;
+}
+
+void unregister_mapping(int slot) {
+  if (slot < 0) return;
+  g_mapped[slot].message.store(nullptr);
+  g_mapped[slot].begin.store(0);
+  g_mapped[slot].end.store(0);
 }
 
 size_t page_size() {
@@ -91,11 +133,15 @@ std::shared_ptr<MappedFile> MappedFile::map(int fd, const std::string& path) {
   // limit may still refuse the mapping, and then the caller reads.
   void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
   if (data == MAP_FAILED) return nullptr;
-  name_mapped_file_on_sigbus(path);
-  return std::shared_ptr<MappedFile>(new MappedFile(static_cast<char*>(data), size, path));
+  auto file = std::shared_ptr<MappedFile>(new MappedFile(static_cast<char*>(data), size, path));
+  file->sigbus_slot_ = register_mapping(file->data_, size, path);
+  return file;
 }
 
-MappedFile::~MappedFile() { ::munmap(data_, size_); }
+MappedFile::~MappedFile() {
+  unregister_mapping(sigbus_slot_);
+  ::munmap(data_, size_);
+}
 
 std::shared_ptr<Buffer> MappedFile::range(uint64_t offset, size_t bytes) {
   DITBATCH_CHECK(holds(offset, bytes), "{}: bytes {}..{} are outside the mapped {} bytes", path_, offset,

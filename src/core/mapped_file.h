@@ -4,8 +4,9 @@
 // stays the process's own (copy on write), so code that patches a weight in place is safe.
 //
 // The file must not shrink while it is mapped (a view of bytes past the new end would raise
-// SIGBUS): the first mapping installs a SIGBUS handler that names the mapped file before the
-// process ends. A file replaced by rename (what ditbatch's own writers do) is no hazard: the
+// SIGBUS): the first mapping installs a SIGBUS handler that, for a fault inside a mapped file,
+// names the file, removes the process's temporary files and exits 1 (the images made so far are
+// complete and listed); any other SIGBUS goes to the handler that was there before. A file replaced by rename (what ditbatch's own writers do) is no hazard: the
 // mapping keeps the old file's pages.
 #pragma once
 
@@ -41,6 +42,7 @@ class MappedFile : public std::enable_shared_from_this<MappedFile> {
   char* data_;
   size_t size_;
   std::string path_;
+  int sigbus_slot_ = -1;  // its entry in the SIGBUS handler's table
 };
 
 }  // namespace ditbatch

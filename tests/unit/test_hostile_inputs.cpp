@@ -294,6 +294,37 @@ TEST(HostileWeights, ARootAttributeEditedInPlaceIsRefused) {
   EXPECT_EQ(test::run(small_run(v3, dir / "v3-out", "--prompt x")).status, 0);
 }
 
+// A weight file truncated in place during a run (`cp new.h5 old.h5` over a file in use) was a
+// Bus error with an Open MPI backtrace (exit 135): the run now ends with one line naming the
+// file (exit 1), keeping the images it finished, listed, and no temporary file.
+TEST(HostileWeights, AWeightFileTruncatedDuringARunEndsItCleanly) {
+  TempDir dir;
+  const std::string weights = dir / "w.h5";
+  fs::copy_file(test::tiny_model(), weights);
+  std::string prompts;
+  for (int i = 0; i < 1000; ++i) prompts += fmt::format("prompt number {}\n", i);
+  test::write_text(dir / "p.txt", prompts);
+  const std::string log = dir / "log.txt";
+  Child run(fmt::format("{} generate --weights {} --prompts {} --out {} --width 32 --height 32 --steps 2", test::exe(),
+                        weights, dir / "p.txt", dir / "out"),
+            log);
+  // Once an image is done, 999 more need the weights: cut the file under the run then.
+  ASSERT_TRUE(run.wait_until([&] { return has(test::read_text(log), "image 0 done"); })) << test::read_text(log);
+  ASSERT_EQ(::truncate(weights.c_str(), 1 << 20), 0);
+  const int status = run.wait();
+  const std::string output = test::read_text(log);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status) << ": " << output;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_TRUE(has(output, "ditbatch: error: " + weights + ": the weight file changed under the run")) << output;
+  EXPECT_FALSE(has(output, "backtrace")) << output;
+  // What was finished is complete and listed (verify hashes every listed image), nothing else.
+  const auto verify = test::run(fmt::format("{} verify {}", test::exe(), dir / "out"));
+  EXPECT_EQ(verify.status, 0) << verify.output;
+  EXPECT_TRUE(has(verify.output, "image(s) listed as made match their sha256")) << verify.output;
+  for (const auto& e : fs::directory_iterator(dir / "out"))
+    EXPECT_FALSE(has(e.path().filename().string(), ".tmp.")) << e.path();
+}
+
 TEST(HostileWeights, TheTensorDigestsAreTheDocumentedOnes) {
   const std::vector<float> small = test::random_floats(1000, 5);
   std::string bytes(reinterpret_cast<const char*>(small.data()), small.size() * 4);
