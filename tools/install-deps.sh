@@ -25,6 +25,7 @@ build_packages=(
   libxxhash-dev                       # XXH3: the weight file's per-tensor digests, checked at memory speed
   libarchive-dev                      # the tar shards of --output-format webdataset
   libonig-dev libutf8proc-dev         # tokenizer: Unicode regex and NFC
+  libre2-dev                          # LoRA configs' module patterns, matched in linear time
 )
 test_packages=(
   libgtest-dev                        # the unit tests

@@ -9,7 +9,11 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <map>
+#include <mutex>
 #include <regex>
+
+#include <re2/re2.h>
 #include <set>
 
 #include "core/error.h"
@@ -183,17 +187,39 @@ MetadataConfig read_metadata(const std::string& path, const nlohmann::json& meta
   return m;
 }
 
-// PEFT's get_pattern_key: the first pattern key that matches the module name as a suffix regex.
-const nlohmann::ordered_json* pattern_value(const std::string& path, const nlohmann::ordered_json& patterns,
-                                            const std::string& module) {
-  for (auto it = patterns.begin(); it != patterns.end(); ++it) {
-    try {
-      if (std::regex_match(module, std::regex("(.*\\.)?(" + it.key() + ")$"))) return &it.value();
-    } catch (const std::regex_error&) {
-      fail_input("{}: the LoraConfig in its metadata has the pattern '{}', which is not a regular expression", path,
-                 it.key());
-    }
+// A LoraConfig's regular expression, compiled once per text for the whole load. RE2 matches in
+// time linear in the module name whatever the pattern (std::regex backtracked: `(a+)+$` took
+// forever on a module name, and a 30,000-deep group overflowed the stack); RE2 refuses what it
+// cannot bound (nesting deeper than 1000, backreferences, lookaround) and patterns past 1 KB are
+// refused before it sees them. PEFT's own patterns are plain module names and alternations.
+// `key` is the pattern as the file writes it (`pattern` may wrap it), for the error.
+const RE2& lora_regex(const std::string& path, const std::string& field, const std::string& key,
+                      const std::string& pattern) {
+  static std::mutex lock;
+  static std::map<std::string, std::unique_ptr<RE2>> compiled;
+  const std::lock_guard<std::mutex> guard(lock);
+  auto& re = compiled[pattern];
+  if (!re) {
+    if (key.size() > 1024)
+      fail_input("{}: the LoraConfig in its metadata has {} '{}': a pattern of {} bytes (at most 1024)", path, field,
+                 text_excerpt(key, 60), key.size());
+    RE2::Options options;
+    options.set_log_errors(false);
+    options.set_max_mem(int64_t{8} << 20);
+    auto candidate = std::make_unique<RE2>(pattern, options);
+    if (!candidate->ok())
+      fail_input("{}: the LoraConfig in its metadata has {} '{}', which is not a regular expression ditbatch can "
+                 "match ({})", path, field, text_excerpt(key, 60), candidate->error());
+    re = std::move(candidate);
   }
+  return *re;
+}
+
+// PEFT's get_pattern_key: the first pattern key that matches the module name as a suffix regex.
+const nlohmann::ordered_json* pattern_value(const std::string& path, const char* field,
+                                            const nlohmann::ordered_json& patterns, const std::string& module) {
+  for (auto it = patterns.begin(); it != patterns.end(); ++it)
+    if (RE2::FullMatch(module, lora_regex(path, field, it.key(), "(.*\\.)?(" + it.key() + ")$"))) return &it.value();
   return nullptr;
 }
 
@@ -203,11 +229,7 @@ bool is_target(const std::string& path, const nlohmann::ordered_json& targets, c
   if (targets.is_string()) {
     const std::string t = targets.get<std::string>();
     if (t == "all-linear") return true;
-    try {
-      return std::regex_match(module, std::regex(t));
-    } catch (const std::regex_error&) {
-      fail_input("{}: the LoraConfig in its metadata has target_modules '{}', which is not a regular expression", path, t);
-    }
+    return RE2::FullMatch(module, lora_regex(path, "target_modules", t, t));
   }
   if (targets.is_array())
     for (const auto& t : targets)
@@ -367,8 +389,8 @@ LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const LoraTarget
           fail_input("{}: key '{}': module {} is not among the target_modules {} of the LoraConfig in the file's "
                      "metadata (diffusers would leave it out)",
                      path, keys.down->name, module, json_excerpt(meta.target_modules));
-        const auto* r_value = pattern_value(path, meta.rank_pattern, module);
-        const auto* a_value = pattern_value(path, meta.alpha_pattern, module);
+        const auto* r_value = pattern_value(path, "a rank_pattern key", meta.rank_pattern, module);
+        const auto* a_value = pattern_value(path, "an alpha_pattern key", meta.alpha_pattern, module);
         const double r = r_value && r_value->is_number() ? r_value->get<double>() : static_cast<double>(meta.r);
         const double a = a_value && a_value->is_number() ? a_value->get<double>() : meta.lora_alpha;
         if (r != static_cast<double>(rank))

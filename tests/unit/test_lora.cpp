@@ -8,11 +8,14 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/timer.h"
 #include "cpu/cpu_backend.h"
 #include "golden.h"
 #include "io/h5.h"
@@ -378,4 +381,63 @@ TEST(LoraSet, TravelsToOtherRanksAsJson) {
   EXPECT_EQ(kohya.rank, 4);
   EXPECT_DOUBLE_EQ(mixed.scale, -0.5 * 0.5);
   EXPECT_EQ(mixed.down_key, "transformer_blocks.1.img_mod.1.lora_A.default.weight");  // the key as stored
+}
+
+namespace {
+
+// The golden PEFT file with its LoraConfig edited by `edit` (the metadata's JSON, keys in order).
+std::string peft_variant(const TempDir& dir, const std::string& name,
+                         const std::function<void(nlohmann::ordered_json&)>& edit) {
+  const std::string source = lora_file("peft_metadata.safetensors");
+  const std::string bytes = test::read_text(source);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json metadata = nlohmann::json::parse(bytes.substr(8, n))["__metadata__"];
+  auto config = nlohmann::ordered_json::parse(metadata["lora_adapter_metadata"].get<std::string>());
+  edit(config);
+  metadata["lora_adapter_metadata"] = config.dump();
+  test::write_text(dir / name, test::safetensors_bytes(tensors_of(source), metadata));
+  return dir / name;
+}
+
+// module -> the (rank, scale) of each of its patches, as the merge will apply them.
+std::map<std::string, std::vector<std::pair<int64_t, double>>> patch_scales(const LoraSet& set) {
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> out;
+  for (const auto& [module, list] : set.patches())
+    for (const LoraPatch& p : list) out[module].emplace_back(p.rank, p.scale);
+  return out;
+}
+
+}  // namespace
+
+// PEFT's rank_pattern / alpha_pattern / target_modules are regular expressions from the file:
+// one that backtracks forever under std::regex (`(.*)*...Z` on a module name) once hung the
+// load, deaf to SIGTERM. They are matched in linear time (RE2): the load finishes with the same
+// patches as the file without them; a pattern that is not one, or is over 1 KB, is refused by name.
+TEST(LoraInput, PathologicalPatternsAreMatchedInBoundedTime) {
+  TempDir dir;
+  const LoraTargets targets = QwenImageTransformer::lora_targets(tiny_transformer_config());
+  const LoraSet plain = LoraSet::open({{lora_file("peft_metadata.safetensors"), 1.0}}, targets);
+  const std::string hostile = peft_variant(dir, "hostile.safetensors", [](nlohmann::ordered_json& c) {
+    c["transformer.alpha_pattern"]["(.*)*(.*)*(.*)*(.*)*(.*)*(.*)*Z"] = 1000;  // after the real key: never first
+    c["transformer.rank_pattern"]["((a|b|c|d|e|f|g|h|i|k|l|m|n|o|p|q|r|s|t|_|[.0-9])+)+Z"] = 64;
+  });
+  const Stopwatch watch;
+  const LoraSet loaded = LoraSet::open({{hostile, 1.0}}, targets);
+  EXPECT_EQ(patch_scales(loaded), patch_scales(plain));
+  EXPECT_FALSE(patch_scales(plain).empty());
+  // The real alpha_pattern key still applies where PEFT applies it (scale alpha / r = 2 / 4).
+  ASSERT_TRUE(patch_scales(plain).count("transformer_blocks.1.attn.to_q"));
+  EXPECT_EQ(patch_scales(plain).at("transformer_blocks.1.attn.to_q").at(0).second, 0.5);
+  EXPECT_LT(watch.seconds(), 60.0) << "the patterns were not matched in bounded time";
+
+  const std::string unbalanced = peft_variant(dir, "unbalanced.safetensors", [](nlohmann::ordered_json& c) {
+    c["transformer.rank_pattern"]["to_q("] = 8;
+  });
+  expect_has(lora_error({{unbalanced, 1.0}}),
+             {unbalanced, "has a rank_pattern key", "which is not a regular expression ditbatch can match", "missing )"});
+  const std::string deep = peft_variant(dir, "deep.safetensors", [](nlohmann::ordered_json& c) {
+    c["transformer.target_modules"] = std::string(30000, '(') + "to_q" + std::string(30000, ')');
+  });
+  expect_has(lora_error({{deep, 1.0}}), {deep, "target_modules", "a pattern of 60004 bytes (at most 1024)"});
 }
