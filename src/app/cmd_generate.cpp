@@ -255,7 +255,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("height", po::value<int64_t>(), "image height (the model's: 1024; floored as --width)")
       ("steps", po::value<int64_t>(), "denoising steps (the model's: Qwen-Image 50, 2.1 40, 2.1 Turbo its 8 sigmas)")
       ("cfg", po::value<double>(), "true CFG scale, 1 turns CFG off (the model's: Qwen-Image 4.0, 2.1 1)")
-      ("negative-prompt", po::value<std::string>(), "negative prompt, \"\" turns CFG off (the model's: \" \")")
+      ("negative-prompt", po::value<std::string>(), "negative prompt (the model's: \" \"); as in diffusers \"\" is one too: --cfg 1 turns CFG off")
       ("seed", po::value(&seed_text)->default_value("0"), "base seed: image i uses seed + i unless it has its own")
       ("max-sequence-length", po::value<int64_t>(),
        "prompt tokens kept, 1..1024 (Qwen-Image: 512 by default; 2.1 keeps the whole prompt and takes no limit)")

@@ -114,6 +114,7 @@ PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) 
   if (!prompt) fail_input("{}: missing \"prompt\"", where);
   e.prompt = *prompt;
   e.negative_prompt = field<std::string>(obj, "negative_prompt", where);
+  e.no_negative_prompt = obj.contains("negative_prompt") && obj["negative_prompt"].is_null();
   const std::string side = fmt::format("{}..{} pixels", kMinImageSide, kMaxImageSide);
   e.seed = field<uint64_t>(obj, "seed", where, "0..18446744073709551615");
   e.width = field<int64_t>(obj, "width", where, side);

@@ -19,7 +19,10 @@ inline constexpr int64_t kMinSteps = 2, kMaxSteps = 1000;
 
 struct PromptEntry {
   std::string prompt;
+  // As in diffusers: a negative prompt (even "") runs true CFG when cfg > 1; "negative_prompt":
+  // null is diffusers' None, no negative prompt and so no CFG; absent, the run's default.
   std::optional<std::string> negative_prompt;
+  bool no_negative_prompt = false;  // "negative_prompt": null
   std::optional<uint64_t> seed;
   std::optional<int64_t> width, height, steps;
   std::optional<double> cfg;

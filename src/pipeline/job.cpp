@@ -132,7 +132,9 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
     j.height = e.height ? resolve_side(*e.height, "height", e.origin, d, log) : height;
     j.steps = e.steps ? check_steps(*e.steps, e.origin, d) : steps;
     j.cfg = static_cast<float>(e.cfg ? check_cfg(*e.cfg, e.origin) : cfg);
-    j.true_cfg = j.cfg > 1.0f && !j.negative_prompt.empty();
+    // diffusers: do_true_cfg = true_cfg_scale > 1 and negative_prompt is not None ("" included).
+    j.true_cfg = j.cfg > 1.0f && !e.no_negative_prompt;
+    if (e.no_negative_prompt) j.negative_prompt.clear();
     if (layout.tars()) {
       // A sample's key is its index: WebDataset splits a member name at its first dot, and
       // a "name" may hold dots (or collide with another's key).

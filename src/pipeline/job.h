@@ -33,7 +33,7 @@ struct ImageJob {
   uint64_t seed = 0;
   int64_t width = 0, height = 0, steps = 0;
   float cfg = 1.0f;
-  bool true_cfg = false;  // cfg > 1 and a non-empty negative prompt, as diffusers decides
+  bool true_cfg = false;  // cfg > 1 and a negative prompt ("" too; not a jsonl null), as diffusers decides
   std::string file_stem;  // "000012-a-red-fox" or the entry's name
   std::string folder;     // the subfolder of --out that holds its files ("00001"), "" in the flat layout
   std::string tar;        // WebDataset: the tar its files go into once its folder is whole ("00012.tar")

@@ -61,7 +61,8 @@ TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   TempDir dir;
   test::write_text(dir / "p.jsonl",
                    "{\"prompt\": \"A red fox in the snow\", \"seed\": 7}\n"
-                   "{\"prompt\": \"東京の夜景 🌃\", \"negative_prompt\": \"\", \"name\": \"tokyo\"}\n");
+                   "{\"prompt\": \"東京の夜景 🌃\", \"negative_prompt\": null, \"name\": \"tokyo\"}\n"
+                   "{\"prompt\": \"a quiet lake\", \"negative_prompt\": \"\", \"name\": \"lake\"}\n");
   const auto unix_seconds = [] {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   };
@@ -69,7 +70,8 @@ TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   auto r = test::run(generate_cmd(dir / "out", "--prompts " + (dir / "p.jsonl") + " --seed 100"));
   const double after = unix_seconds();
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(pngs_in(dir / "out"), (std::vector<std::string>{"000000-a-red-fox-in-the-snow.png", "tokyo.png"}));
+  EXPECT_EQ(pngs_in(dir / "out"),
+            (std::vector<std::string>{"000000-a-red-fox-in-the-snow.png", "lake.png", "tokyo.png"}));
 
   const std::string checksum = WeightStore::open(test::tiny_model()).checksum();
   PngImage fox = read_png(dir / "out/000000-a-red-fox-in-the-snow.png");
@@ -93,11 +95,16 @@ TEST(Generate, PngsCarryTheirSettingsAndTheManifestRecordsThem) {
   auto tokyo = text_of(read_png(dir / "out/tokyo.png"));
   EXPECT_EQ(tokyo["prompt"], "東京の夜景 🌃");  // UTF-8 through iTXt
   EXPECT_EQ(tokyo["seed"], "101");            // --seed + index
-  EXPECT_EQ(tokyo["cfg"], "1");               // empty negative prompt: no CFG
+  EXPECT_EQ(tokyo["cfg"], "1");               // "negative_prompt": null is diffusers' None: no CFG
   EXPECT_EQ(tokyo["parameters"].find("Negative prompt"), std::string::npos);
+  // "" is a negative prompt like any other, as in diffusers (has_neg_prompt = is not None).
+  auto lake = text_of(read_png(dir / "out/lake.png"));
+  EXPECT_EQ(lake["cfg"], "4");
+  EXPECT_EQ(lake["negative_prompt"], "");
+  EXPECT_NE(lake["parameters"].find("Negative prompt: \nSteps"), std::string::npos) << lake["parameters"];
 
   auto manifest = read_manifest(dir / "out");
-  ASSERT_EQ(manifest.size(), 2u);
+  ASSERT_EQ(manifest.size(), 3u);
   EXPECT_FALSE(fs::exists(dir / "out/.manifest")) << "parts are merged and removed at the end";
   const auto& line = manifest.at(0);
   EXPECT_EQ(line["status"], "ok");

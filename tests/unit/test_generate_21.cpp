@@ -56,6 +56,7 @@ nlohmann::json line_of(const std::string& name, const h5::Group& g) {
                          {"cfg", g.attr_double("true_cfg_scale")},
                          {"name", "case" + name}};
   if (!g.attr_int("turbo")) line["steps"] = g.attr_int("steps");
+  if (!g.has_dataset("negative_prompt_embeds")) line["negative_prompt"] = nullptr;  // diffusers' None
   return line;
 }
 

@@ -65,12 +65,14 @@ TEST(PromptFile, JsonlFieldsAndDefaults) {
       "\n"
       R"({"prompt": "a dog", "negative_prompt": "blurry"})"
       "\n\n"
-      R"({"prompt": "no cfg", "negative_prompt": ""})"
+      R"({"prompt": "empty negative", "negative_prompt": ""})"
+      "\n"
+      R"({"prompt": "no cfg", "negative_prompt": null})"
       "\n";
   GenerationDefaults d;
   d.seed = 100;
   auto jobs = jobs_of(text, "p.jsonl", d);
-  ASSERT_EQ(jobs.size(), 3u);
+  ASSERT_EQ(jobs.size(), 4u);
   EXPECT_EQ(jobs[0].seed, 42u);
   EXPECT_EQ(jobs[0].width, 512);
   EXPECT_EQ(jobs[0].height, 256);
@@ -84,8 +86,12 @@ TEST(PromptFile, JsonlFieldsAndDefaults) {
   EXPECT_EQ(jobs[1].file_stem, "000001-a-dog");
   EXPECT_EQ(jobs[1].width, 1024);
   EXPECT_EQ(jobs[1].steps, 50);
-  EXPECT_FALSE(jobs[2].true_cfg);  // an empty negative prompt turns CFG off
+  // diffusers: do_true_cfg = true_cfg_scale > 1 and negative_prompt is not None.
+  EXPECT_TRUE(jobs[2].true_cfg);  // "" is a negative prompt
+  EXPECT_EQ(jobs[2].negative_prompt, "");
   EXPECT_EQ(jobs[2].origin, "p.jsonl:4");
+  EXPECT_FALSE(jobs[3].true_cfg);  // null is None: no negative prompt, no CFG
+  EXPECT_EQ(jobs[3].negative_prompt_used(), "");
 }
 
 TEST(PromptFile, CfgOneTurnsCfgOffAndSizesAreFloored) {
