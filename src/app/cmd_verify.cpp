@@ -1,9 +1,13 @@
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <iostream>
 #include <set>
 
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "io/manifest.h"
 #include "pipeline/output_check.h"
 
@@ -17,6 +21,29 @@ int cmd_verify(const std::vector<std::string>& args) {
       "trusts a file whose size, mtime, inode and device match, does not look for. Names each file\n"
       "that is missing or whose bytes differ, and exits 1 if there is one.";
   if (!parse_output_folder("verify", about, args, out_dir)) return 0;
+  // What is to be verified must be a manifest: a folder, FIFO, device or link at its name, or no
+  // manifest at all, is no proof of anything (it once gave "0 of 0 match", exit 0).
+  const std::string manifest = out_dir + "/manifest.jsonl";
+  struct stat st {};
+  const bool has_manifest = ::lstat(manifest.c_str(), &st) == 0;
+  if (has_manifest && !S_ISREG(st.st_mode))
+    fail_input("{}: is {}, not the manifest file generate writes", manifest,
+               S_ISLNK(st.st_mode) ? "a symbolic link" : describe_file_type(st.st_mode));
+  if (!has_manifest && !std::filesystem::is_directory(out_dir + "/.manifest"))
+    fail_input("{}: no manifest.jsonl (nor parts in .manifest/): not the output folder of a generate run", out_dir);
+  int64_t lines = 0, not_lines = 0;
+  for_each_manifest_text(out_dir, [&](std::string_view text) {
+    ++lines;
+    if (!parse_manifest_line(text)) ++not_lines;
+  });
+  if (not_lines > 0)
+    std::cerr << fmt::format("{}: {} of the manifest's {} line(s) are not manifest lines (bytes that are not a JSON "
+                             "object with an integer \"index\"): skipped\n",
+                             out_dir, not_lines, lines);
+  if (lines > 0 && not_lines == lines) {
+    std::cout << fmt::format("{}: the manifest holds no manifest line ({} line(s), none readable)\n", out_dir, lines);
+    return 1;
+  }
   int64_t checked = 0;
   const std::vector<OutputMismatch> bad = verify_listed_outputs(out_dir, read_manifest(out_dir), checked);
   std::set<int64_t> bad_images;

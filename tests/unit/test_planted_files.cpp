@@ -185,3 +185,41 @@ TEST(PlantedFiles, AHuggingFaceCacheSnapshotOfLinksIntoBlobsConverts) {
   const auto r = test::run(fmt::format("{} convert --from {} --to {}", test::exe(), snapshot.string(), dir / "hf.h5"));
   EXPECT_EQ(r.status, 0) << r.output;
 }
+
+// `verify` is the proof that a folder's images are what its manifest lists: a manifest that is a
+// folder, a FIFO or a link (to /dev/zero) is bad input, and one of random bytes proves nothing
+// (each once gave "0 of 0 image(s) listed as made match", exit 0).
+TEST(PlantedFiles, VerifyNeedsAManifestThatIsOne) {
+  TempDir dir;
+  const auto verify = [&](const std::string& folder) {
+    return test::run(fmt::format("timeout 300 {} verify {}", test::exe(), folder));
+  };
+  fs::create_directories(dir / "folder/manifest.jsonl");
+  auto r = verify(dir / "folder");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, (dir / "folder/manifest.jsonl") + ": is a folder, not the manifest file")) << r.output;
+  fs::create_directories(dir / "fifo");
+  ASSERT_EQ(::mkfifo((dir / "fifo/manifest.jsonl").c_str(), 0644), 0);
+  r = verify(dir / "fifo");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "is a FIFO (named pipe), not the manifest file")) << r.output;
+  fs::create_directories(dir / "zero");
+  fs::create_symlink("/dev/zero", dir / "zero/manifest.jsonl");
+  r = verify(dir / "zero");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "is a symbolic link, not the manifest file")) << r.output;
+  fs::create_directories(dir / "random");
+  std::string noise(200000, '\0');
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>((i * 2654435761u) >> 11);
+  test::write_text(dir / "random/manifest.jsonl", noise);
+  r = verify(dir / "random");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "the manifest holds no manifest line")) << r.output;
+  // Garbage appended to a real manifest is said, and the real lines are still verified.
+  ASSERT_EQ(test::run(small_run(dir / "real")).status, 0);
+  { std::ofstream(dir / "real/manifest.jsonl", std::ios::app) << "not json at all\n[1, 2]\n"; }
+  r = verify(dir / "real");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "2 of the manifest's 3 line(s) are not manifest lines")) << r.output;
+  EXPECT_TRUE(has(r.output, "1 of 1 image(s) listed as made match their sha256")) << r.output;
+}
