@@ -2,18 +2,18 @@
 #include "io/json_text.h"
 
 #include <fmt/ranges.h>
+#include <re2/re2.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <numeric>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <regex>
-
-#include <re2/re2.h>
 #include <set>
 
 #include "core/error.h"
@@ -178,7 +178,11 @@ MetadataConfig read_metadata(const std::string& path, const nlohmann::json& meta
   for (const char* key : {"use_dora", "lora_bias"})
     if (c.contains(key) && c[key].is_boolean() && c[key].get<bool>())
       fail_input("{}: the LoraConfig in its metadata has {} = true, which ditbatch does not implement", path, key);
-  m.r = static_cast<int64_t>(number("r", 8));
+  const double r = number("r", 8);
+  if (r < 1 || r > 65536 || r != std::floor(r))  // 1e300 once read as -9.22e18, 3.5 as 3
+    fail_input("{}: the LoraConfig in its metadata has r = {} (expected the rank: a whole number, 1..65536)", path,
+               json_excerpt(c["r"]));
+  m.r = static_cast<int64_t>(r);
   m.lora_alpha = number("lora_alpha", 8);
   m.use_rslora = c.contains("use_rslora") && c["use_rslora"].is_boolean() && c["use_rslora"].get<bool>();
   for (auto [key, pattern] : {std::pair{"rank_pattern", &m.rank_pattern}, std::pair{"alpha_pattern", &m.alpha_pattern}})
@@ -281,13 +285,18 @@ LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const LoraTarget
   std::vector<std::vector<Pending>> per_file;
   for (const LoraRequest& request : requests) {
     const std::string& path = request.path;
-    if (!std::filesystem::is_regular_file(path)) fail_input("--lora {}: no such file", path);
+    if (!std::filesystem::is_regular_file(path)) {
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0) fail_input("--lora {}: no such file", path);
+      fail_input("--lora {}: is {}, not a file", path, describe_file_type(st.st_mode));
+    }
     std::shared_ptr<SafetensorsFile> file;
     try {
       file = SafetensorsFile::open(path);
     } catch (const InputError& e) {
       fail_input("--lora {} is not a readable safetensors file: {}", path, e.what());
     }
+    if (file->entries().empty()) fail_input("{}: holds no tensors: not a LoRA", path);
     const size_t index = set.files_.size();
     LoraFile info;
     info.path = path;
@@ -402,6 +411,10 @@ LoraSet LoraSet::open(const std::vector<LoraRequest>& requests, const LoraTarget
     }
     info.modules = static_cast<int64_t>(pending.size());
     info.sha256 = sha256_file(path);
+    for (const LoraFile& earlier : set.files_)
+      if (earlier.sha256 == info.sha256)  // merged twice without a word, once
+        fail_input("--lora {}: the same LoRA as --lora {} (sha256 {}): give it once, with the strengths added", path,
+                   earlier.path, info.sha256.substr(0, 12));
     set.files_.push_back(std::move(info));
     per_file.push_back(std::move(pending));
   }

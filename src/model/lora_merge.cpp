@@ -1,6 +1,9 @@
 #include "model/lora_merge.h"
 
 #include <cblas.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -31,6 +34,21 @@ Tensor LoraMergingBinder::bind(const std::string& name, const Shape& shape, Weig
                    patch.scale);
     ++merged_patches_;
   }
+  // Factors near the float range, or a strength of 1e39, pass every check of the files alone but
+  // make the merged weight Inf or NaN: said now, naming the LoRAs, not after denoising as NaN
+  // images blamed on the weights.
+  const float* w = weight.data<float>();
+  for (int64_t i = 0; i < weight.numel(); ++i)
+    if (!std::isfinite(w[i])) {
+      std::vector<std::string> sources;
+      for (const LoraPatch& patch : it->second) {
+        const LoraFile& file = loras_.files()[patch.file];
+        sources.push_back(fmt::format("{} (strength {}, scale {:g})", file.path, file.strength, patch.scale));
+      }
+      fail_input("{}: merging {} into it gives {} at element {} of {}: the LoRA's factors or strength are too large "
+                 "for float32",
+                 name, fmt::join(sources, " and "), std::isnan(w[i]) ? "NaN" : "Inf", i, weight.numel());
+    }
   ++merged_modules_;
   merged_params_ += weight.numel();
   seconds_ += watch.seconds();

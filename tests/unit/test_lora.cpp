@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -27,6 +28,7 @@
 
 using namespace ditbatch;
 using test::TempDir;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -440,4 +442,42 @@ TEST(LoraInput, PathologicalPatternsAreMatchedInBoundedTime) {
     c["transformer.target_modules"] = std::string(30000, '(') + "to_q" + std::string(30000, ')');
   });
   expect_has(lora_error({{deep, 1.0}}), {deep, "target_modules", "a pattern of 60004 bytes (at most 1024)"});
+}
+
+// LoRA files that pass as files but cannot be what they say: a rank that is no rank, a file of
+// no tensors, one file twice, a folder; factors that overflow when merged are said at load,
+// naming the LoRA, not after denoising as NaN images.
+TEST(LoraInput, RanksFilesAndMergesThatCannotBe) {
+  TempDir dir;
+  const LoraTargets targets = QwenImageTransformer::lora_targets(tiny_transformer_config());
+  for (const auto& [r, shown] : std::vector<std::pair<nlohmann::ordered_json, std::string>>{
+           {3.5, "r = 3.5"}, {1e300, "r = 1e+300"}, {0, "r = 0"}}) {
+    const std::string file = peft_variant(dir, "r.safetensors", [&](nlohmann::ordered_json& c) { c["transformer.r"] = r; });
+    expect_has(lora_error({{file, 1.0}}), {file, shown, "expected the rank: a whole number, 1..65536"});
+  }
+  test::write_text(dir / "empty.safetensors", test::safetensors_bytes({}));
+  expect_has(lora_error({{dir / "empty.safetensors", 1.0}}), {dir / "empty.safetensors", "holds no tensors: not a LoRA"});
+  fs::copy_file(lora_file("kohya.safetensors"), dir / "copy.safetensors");
+  expect_has(lora_error({{lora_file("kohya.safetensors"), 0.5}, {dir / "copy.safetensors", 0.5}}),
+             {"--lora " + (dir / "copy.safetensors"), "the same LoRA as --lora " + lora_file("kohya.safetensors"),
+              "give it once, with the strengths added"});
+  fs::create_directories(dir / "folder.safetensors");
+  expect_has(lora_error({{dir / "folder.safetensors", 1.0}}), {dir / "folder.safetensors", "is a folder, not a file"});
+
+  // Factors of 3e38 (finite, and so accepted by the file's checks): the merge overflows.
+  std::vector<test::StTensor> huge = tensors_of(lora_file("peft_alpha.safetensors"));
+  for (test::StTensor& t : huge) {
+    int64_t numel = 1;
+    for (const int64_t d : t.shape) numel *= d;
+    t.dtype = "F32";
+    t.bytes = test::f32_bytes(std::vector<float>(static_cast<size_t>(numel), 3e38f));
+  }
+  test::write_text(dir / "huge.safetensors", test::safetensors_bytes(huge));
+  const auto r = test::run(fmt::format("{} generate --weights {} --prompt x --width 32 --height 32 --steps 2 --lora {} "
+                                       "--out {}",
+                                       test::exe(), test::golden_weights(), dir / "huge.safetensors", dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  expect_has(r.output, {"merging " + (dir / "huge.safetensors") + " (strength 1", " at element ",
+                        "too large for float32"});
+  EXPECT_FALSE(fs::exists(dir / "out/000000-x.png"));
 }
