@@ -17,6 +17,7 @@
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
+#include "model/scheduler.h"
 #include "model/text_encoder.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
@@ -223,6 +224,9 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   }
   const std::string scheduler_config_path = (root / "scheduler" / "scheduler_config.json").string();
   parse_json_file(root, scheduler_config_path);
+  // Checked as generate will read it: a config generate refuses is refused here, before writing.
+  check_schedule(SchedulerConfig::from(Config::parse(read_file(scheduler_config_path), scheduler_config_path)),
+                 scheduler_config_path);
   const fs::path tokenizer_dir = root / family.tokenizer_folder;
   check_inside_folder(root, tokenizer_dir.string());
   if (!fs::is_directory(tokenizer_dir)) fail_input("{}: missing the {}/ folder", opt.from, family.tokenizer_folder);

@@ -68,6 +68,19 @@ double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_
   return static_cast<double>(image_seq_len) * m + b;
 }
 
+void check_schedule(const SchedulerConfig& config, const std::string& where) {
+  for (const int steps : {2, 1000})
+    for (const int64_t tokens : {int64_t{1}, config.base_image_seq_len, config.max_image_seq_len, int64_t{1} << 18}) {
+      const Schedule s = make_schedule(config, steps, tokens);
+      for (size_t i = 0; i < s.sigmas.size(); ++i)
+        if (!std::isfinite(s.sigmas[i]) || s.sigmas[i] < 0.0f || s.sigmas[i] > 1.0f ||
+            (i > 0 && s.sigmas[i] > s.sigmas[i - 1]))
+          fail_input("{}: this scheduler config gives sigma {} = {} at {} steps for an image of {} tokens (sigmas must "
+                     "be finite and fall from 1 to 0): check shift, base_shift, max_shift and shift_terminal",
+                     where, i, s.sigmas[i], steps, tokens);
+    }
+}
+
 Schedule make_schedule(const SchedulerConfig& c, int steps, int64_t image_seq_len) {
   if (steps < 1) fail_input("steps must be at least 1, got {}", steps);
   // np.linspace(1.0, 1/N, N) in float64: i * step + start, the last value set to stop exactly.

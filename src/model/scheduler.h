@@ -43,6 +43,12 @@ struct Schedule {
 // diffusers' calculate_shift, in Python doubles (no clamping past max_image_seq_len).
 double calculate_shift(int64_t image_seq_len, int64_t base_seq_len, int64_t max_seq_len, double base_shift,
                        double max_shift);
+// That `config` gives a usable schedule at every image size and step count a job may ask for
+// (2 and 1000 steps; 1 to 2^18 image tokens, its base and max seq lens): every sigma finite, in
+// [0, 1] and none above the one before. A shift of 1e308 or 1e-30, or a dynamic shift of 800,
+// passes every key's own check but makes each image NaN after all its steps: refused up front,
+// naming `where`.
+void check_schedule(const SchedulerConfig& config, const std::string& where);
 // np.linspace(1, 1/N, N) -> set_timesteps(N, sigmas, mu) for an image of `image_seq_len` tokens.
 Schedule make_schedule(const SchedulerConfig& config, int steps, int64_t image_seq_len);
 // set_timesteps(sigmas=given, mu) with sigmas a pipeline gives as they are (np.float32 of them,

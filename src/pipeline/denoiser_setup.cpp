@@ -14,8 +14,13 @@ SchedulerConfig resolve_scheduler(const SchedulerConfig& model, const std::strin
     if (name != "model")
       fail_input("--scheduler {} and --scheduler-config {}: give one of them (a config file says every setting)", name,
                  config_file);
-    if (!std::filesystem::is_regular_file(config_file)) fail_input("--scheduler-config {}: no such file", config_file);
-    return SchedulerConfig::from(Config::parse(read_file(config_file), "--scheduler-config " + config_file));
+    if (!std::filesystem::is_regular_file(config_file))
+      fail_input("--scheduler-config {}: {}", config_file,
+                 std::filesystem::exists(config_file) ? "is not a file" : "no such file");
+    const SchedulerConfig config =
+        SchedulerConfig::from(Config::parse(read_file(config_file), "--scheduler-config " + config_file));
+    check_schedule(config, "--scheduler-config " + config_file);
+    return config;
   }
   if (name == "model") return model;
   if (name == "lightning") return lightning_scheduler(model);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -11,7 +12,9 @@
 #include "io/weight_store.h"
 #include "model/latent_packing.h"
 #include "model/noise.h"
+#include "io/config.h"
 #include "model/scheduler.h"
+#include "golden.h"
 #include "test_util.h"
 
 using namespace ditbatch;
@@ -148,4 +151,47 @@ TEST(Noise, SpecTestVectorAndPacking) {
   for (int64_t c = 0; c < 16; ++c)
     for (int64_t i = 0; i < 128 * 128; ++i) mismatches += back.data<float>()[i * 16 + c] != d[c * 128 * 128 + i];
   EXPECT_EQ(mismatches, 0);
+}
+
+// Scheduler configs whose every key passes its own check but whose sigmas are NaN or out of
+// [0, 1] at some size (each image then failed as NaN after all its steps, blamed on the
+// weights): refused before any work by --scheduler-config and by convert; the real ones pass.
+TEST(Scheduler, ConfigsWhoseSigmasAreNotASchedule) {
+  const auto config_of = [](const nlohmann::json& j) { return SchedulerConfig::from(Config::parse(j.dump(), "s.json")); };
+  const nlohmann::json qwen = {{"base_image_seq_len", 256}, {"base_shift", 0.5},   {"max_image_seq_len", 8192},
+                               {"max_shift", 0.9},          {"shift_terminal", 0.02}, {"use_dynamic_shifting", true},
+                               {"time_shift_type", "exponential"}};
+  EXPECT_NO_THROW(check_schedule(config_of(qwen), "qwen"));
+  EXPECT_NO_THROW(check_schedule(lightning_scheduler(config_of(qwen)), "lightning"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"base_shift", 800.0}, {"max_shift", -800.0}}) {
+    nlohmann::json bad = qwen;
+    bad[key] = value;
+    EXPECT_NE(test::input_error_of([&] { check_schedule(config_of(bad), "s.json"); }).find("s.json: this scheduler "
+                                                                                            "config gives sigma"),
+              std::string::npos)
+        << key;
+  }
+  for (const double shift : {1e308, 1e-30}) {
+    nlohmann::json fixed = {{"shift", shift}, {"use_dynamic_shifting", false}, {"shift_terminal", 0.02}};
+    EXPECT_NE(test::input_error_of([&] { check_schedule(config_of(fixed), "s.json"); }).find("must be finite"),
+              std::string::npos)
+        << shift;
+  }
+  // The command line refuses it before any weight is read; convert before writing anything.
+  test::TempDir dir;
+  nlohmann::json bad = qwen;
+  bad["base_shift"] = 800.0;
+  test::write_text(dir / "s.json", bad.dump());
+  const auto r = test::run(fmt::format("{} generate --weights {} --prompt x --scheduler-config {} --out {}", test::exe(),
+                                       test::golden_weights(), dir / "s.json", dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--scheduler-config " + (dir / "s.json") + ": this scheduler config gives sigma"),
+            std::string::npos) << r.output;
+  std::filesystem::copy(test::golden("tiny-pipeline"), dir / "pipe", std::filesystem::copy_options::recursive);
+  test::write_text(dir / "pipe/scheduler/scheduler_config.json", bad.dump());
+  const auto c = test::run(fmt::format("{} convert --from {} --to {}", test::exe(), dir / "pipe", dir / "c.h5"));
+  EXPECT_EQ(c.status, 2) << c.output;
+  EXPECT_NE(c.output.find("scheduler_config.json: this scheduler config gives sigma"), std::string::npos) << c.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "c.h5"));
 }
