@@ -4,10 +4,44 @@
 #include <charconv>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 
 #include "core/error.h"
 
 namespace ditbatch {
+
+namespace {
+
+// The word Boost refused, from its message "the argument ('X') for option '--o' is invalid".
+std::string invalid_value_of(const po::invalid_option_value& e) {
+  const std::string what = e.what();
+  const size_t begin = what.find("('"), end = what.find("')");
+  return begin != std::string::npos && end != std::string::npos && end > begin ? what.substr(begin + 2, end - begin - 2)
+                                                                              : "?";
+}
+
+template <typename T>
+bool is_typed(const po::value_semantic& semantic) {
+  return dynamic_cast<const po::typed_value<T>*>(&semantic) != nullptr;
+}
+
+template <typename T>
+std::string whole_number_range() {
+  return fmt::format("expected a whole number from {} to {} (written in decimal)", std::numeric_limits<T>::min(),
+                     std::numeric_limits<T>::max());
+}
+
+// What a value of this option must look like, from the type it is parsed into.
+std::string value_kind(const po::value_semantic& semantic) {
+  if (is_typed<int>(semantic)) return whole_number_range<int>();
+  if (is_typed<int64_t>(semantic)) return whole_number_range<int64_t>();
+  if (is_typed<uint64_t>(semantic)) return whole_number_range<uint64_t>();
+  if (is_typed<double>(semantic) || is_typed<float>(semantic))
+    return "expected a decimal number such as 4 or 2.5 (no hexadecimal, no inf or nan)";
+  return "not a value this option takes";
+}
+
+}  // namespace
 
 bool parse_options(const std::string& command, const std::string& synopsis, const std::string& about,
                    po::options_description& desc, const po::positional_options_description* positional,
@@ -80,6 +114,13 @@ bool parse_options(const std::string& command, const std::string& synopsis, cons
     if (positional && positional->max_total_count() > 0 && name == "--" + positional->name_for_position(0))
       fail_input("missing the {} argument (usage: ditbatch {} {})", name.substr(2), command, synopsis);
     fail_input("{} (see ditbatch {} --help)", e.what(), command);
+  } catch (const po::invalid_option_value& e) {
+    // Boost says only "is invalid": say what the option takes (its own range, past the type's,
+    // is checked with the other settings and said there).
+    const std::string name = e.get_option_name();
+    const auto* option = desc.find_nothrow(name.rfind("--", 0) == 0 ? name.substr(2) : name, false);
+    fail_input("{} '{}': {} (see ditbatch {} --help)", name, invalid_value_of(e),
+               option ? value_kind(*option->semantic()) : "not a value this option takes", command);
   } catch (const po::error& e) {
     fail_input("{} (see ditbatch {} --help)", e.what(), command);
   }

@@ -38,6 +38,7 @@ namespace {
 
 // The output folder must exist (or be creatable) and take a file, before any weight is read.
 void check_output_dir(const std::string& dir) {
+  if (dir.empty()) fail_input("--out '': name the output folder (it is made if it does not exist)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail_input("--out {}: cannot create the folder: {}", dir, ec.message());

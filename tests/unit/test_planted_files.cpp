@@ -223,3 +223,24 @@ TEST(PlantedFiles, VerifyNeedsAManifestThatIsOne) {
   EXPECT_TRUE(has(r.output, "2 of the manifest's 3 line(s) are not manifest lines")) << r.output;
   EXPECT_TRUE(has(r.output, "1 of 1 image(s) listed as made match their sha256")) << r.output;
 }
+
+// An option's value that does not parse once got Boost's "the argument ('X') for option '--o' is
+// invalid"; an empty --out, "Invalid argument". Each now says what the option takes.
+TEST(PlantedFiles, OptionValuesThatDoNotParseSayWhatIsExpected) {
+  TempDir dir;
+  const auto error_of = [&](const std::string& option) {
+    const auto r = test::run(fmt::format("{} generate --weights {} --prompt x --out {} {}", test::exe(),
+                                         test::tiny_model(), dir / "out", option));
+    EXPECT_EQ(r.status, 2) << r.output;
+    return r.output;
+  };
+  EXPECT_TRUE(has(error_of("--images-per-tar 18446744073709551615"),
+                  "--images-per-tar '18446744073709551615': expected a whole number from -9223372036854775808 to "
+                  "9223372036854775807"));
+  EXPECT_TRUE(has(error_of("--threads 99999999999"), "--threads '99999999999': expected a whole number from"));
+  EXPECT_TRUE(has(error_of("--cfg 0x10"), "--cfg '0x10': expected a decimal number such as 4 or 2.5"));
+  const auto empty = test::run(fmt::format("{} generate --weights {} --prompt x --out ''", test::exe(), test::tiny_model()));
+  EXPECT_EQ(empty.status, 2) << empty.output;
+  EXPECT_TRUE(has(empty.output, "--out '': name the output folder")) << empty.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
