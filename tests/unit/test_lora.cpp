@@ -450,8 +450,10 @@ TEST(LoraInput, PathologicalPatternsAreMatchedInBoundedTime) {
 TEST(LoraInput, RanksFilesAndMergesThatCannotBe) {
   TempDir dir;
   const LoraTargets targets = QwenImageTransformer::lora_targets(tiny_transformer_config());
-  for (const auto& [r, shown] : std::vector<std::pair<nlohmann::ordered_json, std::string>>{
+  for (const auto& r_case : std::vector<std::pair<nlohmann::ordered_json, std::string>>{
            {3.5, "r = 3.5"}, {1e300, "r = 1e+300"}, {0, "r = 0"}}) {
+    const nlohmann::ordered_json r = r_case.first;  // a copy: lambdas may not capture structured bindings (clang 14)
+    const std::string& shown = r_case.second;
     const std::string file = peft_variant(dir, "r.safetensors", [&](nlohmann::ordered_json& c) { c["transformer.r"] = r; });
     expect_has(lora_error({{file, 1.0}}), {file, shown, "expected the rank: a whole number, 1..65536"});
   }
