@@ -1,6 +1,5 @@
 #include <sys/stat.h>
 
-#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -21,16 +20,14 @@ int cmd_verify(const std::vector<std::string>& args) {
       "trusts a file whose size, mtime, inode and device match, does not look for. Names each file\n"
       "that is missing or whose bytes differ, and exits 1 if there is one.";
   if (!parse_output_folder("verify", about, args, out_dir)) return 0;
-  // What is to be verified must be a manifest: a folder, FIFO, device or link at its name, or no
-  // manifest at all, is no proof of anything (it once gave "0 of 0 match", exit 0).
+  // What is to be verified must be a manifest: a folder, FIFO, device or link at its name is no
+  // proof of anything (it once gave "0 of 0 match", exit 0). No manifest at all: parse_output_folder.
   const std::string manifest = out_dir + "/manifest.jsonl";
   struct stat st {};
   const bool has_manifest = ::lstat(manifest.c_str(), &st) == 0;
   if (has_manifest && !S_ISREG(st.st_mode))
     fail_input("{}: is {}, not the manifest file generate writes", manifest,
                S_ISLNK(st.st_mode) ? "a symbolic link" : describe_file_type(st.st_mode));
-  if (!has_manifest && !std::filesystem::is_directory(out_dir + "/.manifest"))
-    fail_input("{}: no manifest.jsonl (nor parts in .manifest/): not the output folder of a generate run", out_dir);
   int64_t lines = 0, not_lines = 0;
   for_each_manifest_text(out_dir, [&](std::string_view text) {
     ++lines;

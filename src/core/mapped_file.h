@@ -6,8 +6,9 @@
 // The file must not shrink while it is mapped (a view of bytes past the new end would raise
 // SIGBUS): the first mapping installs a SIGBUS handler that, for a fault inside a mapped file,
 // names the file, removes the process's temporary files and exits 1 (the images made so far are
-// complete and listed); any other SIGBUS goes to the handler that was there before. A file replaced by rename (what ditbatch's own writers do) is no hazard: the
-// mapping keeps the old file's pages.
+// complete and listed); any other SIGBUS goes to the handler that was there before. A file
+// replaced by rename (what ditbatch's own writers do) is no hazard: the mapping keeps the old
+// file's pages.
 #pragma once
 
 #include <cstdint>

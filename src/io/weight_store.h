@@ -58,7 +58,7 @@ DigestKind digest_kind_of_format(int64_t format_version);
 const char* digest_attribute(DigestKind kind);  // "sha256_4mib", "xxh3_128_4mib"
 std::string piece_digest(DigestKind kind, const void* data, size_t bytes);  // the hex hash of one piece
 std::string combine_piece_digests(DigestKind kind, const std::vector<std::string>& pieces);
-// The digest of `bytes` bytes in memory (what the writer records; format 3 unless told).
+// The digest of `bytes` bytes in memory (what the writer records; XXH3, formats 3 and 4, unless told).
 std::string tensor_digest(const void* data, size_t bytes, DigestKind kind = DigestKind::Xxh3Pieces);
 // The components a pipeline file holds, in the order they are written.
 const std::vector<std::string>& pipeline_components();
