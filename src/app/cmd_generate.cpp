@@ -28,6 +28,7 @@
 #include "io/h5.h"
 #include "io/safetensors.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/resume.h"
 #include "pipeline/image_model.h"
 #include "pipeline/run_report.h"
 #include "pipeline/runner.h"
@@ -214,6 +215,9 @@ int gather(const GenerateOptions& o, const RunPlan& plan, const RankReport& repo
   world.barrier();
   if (world.rank() == 0) {
     merge_manifest(o.run.out_dir);
+    if (const auto removed = remove_replaced_outputs(o.run.out_dir, plan.replaced); !removed.empty())
+      log.info("--overwrite: removed {} file(s) of the images this run replaced under other names ({}{})",
+               removed.size(), removed.front(), removed.size() > 1 ? ", ..." : "");
     print_summary(reports, wall.seconds(), o.weights_path, !plan.loras.empty(), log);
   }
   // collective, so on every rank

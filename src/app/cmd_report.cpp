@@ -16,7 +16,10 @@ int cmd_report(const std::vector<std::string>& args) {
       "Generate writes it at the end of every run; this writes it at any time (while a job runs, or\n"
       "after several array tasks wrote into one folder).";
   if (!parse_output_folder("report", about, args, out_dir)) return 0;
-  std::cout << write_run_report(out_dir) << "\n";
+  std::string warning;
+  const std::string page = write_run_report(out_dir, &warning);
+  if (!warning.empty()) std::cerr << "warning: " << warning << "\n";
+  std::cout << page << "\n";
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include <sys/stat.h>
 
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "app/commands.h"
@@ -28,21 +29,17 @@ int cmd_verify(const std::vector<std::string>& args) {
   if (has_manifest && !S_ISREG(st.st_mode))
     fail_input("{}: is {}, not the manifest file generate writes", manifest,
                S_ISLNK(st.st_mode) ? "a symbolic link" : describe_file_type(st.st_mode));
-  int64_t lines = 0, not_lines = 0;
-  for_each_manifest_text(out_dir, [&](std::string_view text) {
-    ++lines;
-    if (!parse_manifest_line(text)) ++not_lines;
-  });
-  if (not_lines > 0)
-    std::cerr << fmt::format("{}: {} of the manifest's {} line(s) are not manifest lines (bytes that are not a JSON "
-                             "object with an integer \"index\"): skipped\n",
-                             out_dir, not_lines, lines);
-  if (lines > 0 && not_lines == lines) {
-    std::cout << fmt::format("{}: the manifest holds no manifest line ({} line(s), none readable)\n", out_dir, lines);
+  ManifestDamage damage;
+  std::map<int64_t, nlohmann::json> listed;
+  for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& line) { listed[index] = line; }, {}, &damage);
+  if (damage.lines > 0) std::cerr << damage.describe(out_dir) << "\n";
+  if (listed.empty() && damage.lines > 0) {
+    std::cout << fmt::format("{}: the manifest holds no manifest line ({} line(s), none readable)\n", out_dir,
+                             damage.lines);
     return 1;
   }
   int64_t checked = 0;
-  const std::vector<OutputMismatch> bad = verify_listed_outputs(out_dir, read_manifest(out_dir), checked);
+  const std::vector<OutputMismatch> bad = verify_listed_outputs(out_dir, listed, checked);
   std::set<int64_t> bad_images;
   for (const OutputMismatch& m : bad) {
     std::cout << fmt::format("{}/{}: image {}: {}\n", out_dir, m.file, m.index, m.why);

@@ -95,6 +95,7 @@ int inspect_output_folder(const std::string& out_dir) {
   std::set<std::string> tars;  // named by a line (a later line may name another file for its image)
   static const std::set<std::string> kFields = {"status", "file",  "file_stat", "member", "json_file", "model", "model_checksum",
                                                 "width",  "height", "steps",    "cfg",   "run_id"};
+  ManifestDamage damage;
   for_each_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& line) {
     ImageLine& image = images[index];
     image.ok = text_of(line, "status") == "ok";
@@ -108,7 +109,7 @@ int inspect_output_folder(const std::string& out_dir) {
     image.settings = names.id(fmt::format("{}x{}, {} steps, cfg {}", text_of(line, "width"), text_of(line, "height"),
                                           text_of(line, "steps"), text_of(line, "cfg")));
     image.run = names.id(text_of(line, "run_id"));
-  }, kFields);
+  }, kFields, &damage);
 
   int64_t ok = 0, failed = 0, lowest = INT64_MAX, highest = INT64_MIN;
   std::map<Where, int64_t> where;
@@ -135,6 +136,7 @@ int inspect_output_folder(const std::string& out_dir) {
     const int64_t gaps = highest - lowest + 1 - std::ssize(images);
     std::cout << (gaps > 0 ? fmt::format(" ({} in between not listed)\n", gaps) : "\n");
   }
+  if (damage.lines > 0) std::cout << "  warning: " << damage.describe(out_dir) << "\n";
   const int64_t flat = where[Where::Flat], sub = where[Where::Subfolder], staged = where[Where::Staged],
                 packed = where[Where::Tar];
   std::string layout = "-";

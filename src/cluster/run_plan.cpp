@@ -176,6 +176,7 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
   if (!o.run.overwrite) {
     previous = scan_previous_images(o.run.out_dir, jobs, resume_key(o, weights, denoiser));
     check_previous_images(o.run.out_dir, previous);
+    warn_of_previous_lines(o.run.out_dir, previous, std::ssize(jobs), log);
   }
   loras_json = loras.to_json();
   return jobs;
@@ -280,6 +281,18 @@ void plan_run(RunRequest& o, const World& world, const Log& log, std::optional<W
     plan.complete = o.run.overwrite ? std::vector<uint8_t>(plan.jobs.size(), 0) : previous.complete_flags();
     for (const int64_t i : o.run.remake) plan.complete[static_cast<size_t>(i)] = 0;
     plan.remaining = std::count(plan.complete.begin() + lo, plan.complete.begin() + hi, uint8_t{0});
+    if (o.run.overwrite) plan.replaced = outputs_to_be_replaced(o.run.out_dir, plan.jobs, lo, hi);
+    try {  // (only saves the next rerun its hashing: never stops this one)
+      std::set<int64_t> restat;  // this slice's: another array task records its own
+      for (const int64_t i : previous.restat)
+        if (i >= lo && i < hi) restat.insert(i);
+      if (const int64_t n = record_current_stats(o.run.out_dir, restat, o.run.run_id))
+        log.info("{} image(s) whole by their sha256, though their stat is not the one listed (a copied folder?): "
+                 "their stat recorded, so that a rerun need not read them again",
+                 n);
+    } catch (const std::exception& e) {
+      log.warn("{}: the stat of images found whole by their sha256 cannot be recorded: {}", o.run.out_dir, e.what());
+    }
     if (plan.remaining > 0) {
       plan.lock.emplace(o.run.out_dir, lo, hi);
       if (!plan.lock->held())

@@ -61,6 +61,7 @@ struct RunPlan {
   std::vector<uint8_t> complete;  // per job index, rank 0's, from the scan made at validation
   int64_t remaining = 0;          // images of the slice still to make
   std::optional<ImageRangeLock> lock;
+  std::vector<std::string> replaced;  // rank 0's, --overwrite: files of another prompt list to remove once unlisted
   std::pair<int64_t, int64_t> slice_range(const RunRequest& o) const {
     return slice_images(std::ssize(jobs), slice, o.layout.images_per_unit());
   }

@@ -1,5 +1,4 @@
 #include "io/manifest.h"
-#include "io/json_text.h"
 
 #include <cerrno>
 #include <cstring>
@@ -18,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/json_text.h"
 #include "io/manifest_fields.h"
 
 namespace ditbatch {
@@ -82,14 +82,16 @@ void ManifestPart::append(const std::vector<nlohmann::json>& lines) {
 namespace {
 
 // Calls `line` with each whole line of a regular file (never through a link, never blocking:
-// else it holds no lines of ours) and the byte offset it starts at. A last line without its
-// newline was cut by a kill: not passed on.
-void for_each_raw_line(const fs::path& path, const std::function<void(std::string_view, uint64_t)>& line) {
+// else it holds no lines of ours), the byte offset it starts at and its number (from 1). A last
+// line without its newline was cut by a kill: not passed on.
+void for_each_raw_line(const fs::path& path,
+                       const std::function<void(std::string_view, uint64_t offset, int64_t number)>& line) {
   const int fd = open_regular_file(path.string(), false, nullptr);
   if (fd < 0) return;
   std::vector<char> buffer(size_t{1} << 22);
   size_t have = 0;        // bytes in buffer
   uint64_t consumed = 0;  // file offset of buffer[0]
+  int64_t number = 0;
   for (;;) {
     if (have == buffer.size()) buffer.resize(buffer.size() * 2);  // a line longer than the buffer
     const ssize_t n = ::read(fd, buffer.data() + have, buffer.size() - have);
@@ -98,7 +100,7 @@ void for_each_raw_line(const fs::path& path, const std::function<void(std::strin
     const size_t end = have + static_cast<size_t>(n);
     size_t start = 0;
     for (size_t nl; (nl = std::string_view(buffer.data() + start, end - start).find('\n')) != std::string_view::npos;) {
-      line(std::string_view(buffer.data() + start, nl), consumed + start);
+      line(std::string_view(buffer.data() + start, nl), consumed + start, ++number);
       start += nl + 1;
     }
     std::memmove(buffer.data(), buffer.data() + start, end - start);
@@ -143,9 +145,36 @@ std::optional<nlohmann::json> parse_manifest_line(std::string_view text, const s
   return j;
 }
 
-void for_each_manifest_text(const std::string& out_dir, const std::function<void(std::string_view line)>& visit) {
+namespace {
+
+bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r") == std::string_view::npos; }
+
+// A file's name as the folder's reader knows it: "manifest.jsonl", ".manifest/<part>".
+std::string name_in_folder(const fs::path& path) {
+  return path.parent_path().filename() == kPartsDir ? (fs::path(kPartsDir) / path.filename()).string()
+                                                    : path.filename().string();
+}
+
+}  // namespace
+
+void ManifestDamage::add(std::string_view file, int64_t line_number) {
+  ++lines;
+  if (first.size() < 3) first.push_back(fmt::format("{} line {}", file, line_number));
+}
+
+std::string ManifestDamage::describe(const std::string& out_dir) const {
+  if (lines == 0) return "";
+  return fmt::format("{}: {} line(s) of its manifest files are not manifest lines (not a JSON object with an integer "
+                     "\"index\"): {}{}; skipped, so no image counts as made by them",
+                     out_dir, lines, fmt::join(first, ", "),
+                     lines > std::ssize(first) ? fmt::format(" and {} more", lines - std::ssize(first)) : "");
+}
+
+void for_each_manifest_text(const std::string& out_dir,
+                            const std::function<void(std::string_view line, const ManifestLineAt& where)>& visit) {
   auto each = [&](const fs::path& path) {
-    for_each_raw_line(path, [&](std::string_view text, uint64_t) { visit(text); });
+    const std::string name = name_in_folder(path);
+    for_each_raw_line(path, [&](std::string_view text, uint64_t, int64_t number) { visit(text, {name, number}); });
   };
   each(fs::path(out_dir) / "manifest.jsonl");
   for (const auto& part : part_files(out_dir)) each(part);
@@ -153,9 +182,10 @@ void for_each_manifest_text(const std::string& out_dir, const std::function<void
 
 void for_each_manifest_line(const std::string& out_dir,
                             const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
-                            const std::set<std::string>& fields) {
-  for_each_manifest_text(out_dir, [&](std::string_view text) {
+                            const std::set<std::string>& fields, ManifestDamage* damage) {
+  for_each_manifest_text(out_dir, [&](std::string_view text, const ManifestLineAt& where) {
     if (const auto j = parse_manifest_line(text, fields)) visit((*j)["index"].get<int64_t>(), *j);
+    else if (damage && !is_blank(text)) damage->add(where.file, where.line_number);
   });
 }
 
@@ -175,21 +205,25 @@ struct LineSpot {
   uint32_t length, file;
 };
 
-// The last line of each index in `files` (a later file's is a later run's), by index.
-std::vector<LineSpot> last_line_spots(const std::vector<fs::path>& files) {
+// The last line of each index in `files` (a later file's is a later run's), by index; the
+// lines that are none counted in `damage`.
+std::vector<LineSpot> last_line_spots(const std::vector<fs::path>& files, ManifestDamage* damage = nullptr) {
   std::vector<LineSpot> spots;
   const std::set<std::string> index_only = {"index"};
   ManifestFieldParser fast;
   ManifestFields fields;
-  for (uint32_t f = 0; f < files.size(); ++f)
-    for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset) {
+  for (uint32_t f = 0; f < files.size(); ++f) {
+    const std::string name = name_in_folder(files[f]);
+    for_each_raw_line(files[f], [&](std::string_view text, uint64_t offset, int64_t number) {
       const auto verdict = fast.parse(text, fields);
-      if (verdict == ManifestFieldParser::Fields)
-        spots.push_back({fields.index, offset, static_cast<uint32_t>(text.size()), f});
+      std::optional<int64_t> index;
+      if (verdict == ManifestFieldParser::Fields) index = fields.index;
       else if (verdict == ManifestFieldParser::Unsure)
-        if (const auto j = parse_manifest_line(text, index_only))
-          spots.push_back({(*j)["index"].get<int64_t>(), offset, static_cast<uint32_t>(text.size()), f});
+        if (const auto j = parse_manifest_line(text, index_only)) index = (*j)["index"].get<int64_t>();
+      if (index) spots.push_back({*index, offset, static_cast<uint32_t>(text.size()), f});
+      else if (damage && !is_blank(text)) damage->add(name, number);
     });
+  }
   // By index, the last line read winning.
   std::stable_sort(spots.begin(), spots.end(), [](const LineSpot& a, const LineSpot& b) { return a.index < b.index; });
   size_t kept = 0;
@@ -233,9 +267,9 @@ std::vector<fs::path> manifest_files(const std::string& out_dir) {
 
 void for_each_last_manifest_line(const std::string& out_dir,
                                  const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
-                                 const std::set<std::string>& fields) {
+                                 const std::set<std::string>& fields, ManifestDamage* damage) {
   const std::vector<fs::path> files = manifest_files(out_dir);
-  read_back_spots(files, last_line_spots(files), [&](std::string_view text) {
+  read_back_spots(files, last_line_spots(files, damage), [&](std::string_view text) {
     if (const auto j = parse_manifest_line(text, fields)) visit((*j)["index"].get<int64_t>(), *j);
   });
 }
@@ -257,7 +291,7 @@ size_t merge_manifest(const std::string& out_dir, bool* folded_any) {
   if (parts.empty()) {  // merged already: nothing to read (a million lines take seconds to parse)
     size_t lines = 0;
     const fs::path manifest = fs::path(out_dir) / "manifest.jsonl";
-    for_each_raw_line(manifest, [&](std::string_view, uint64_t) { ++lines; });
+    for_each_raw_line(manifest, [&](std::string_view, uint64_t, int64_t) { ++lines; });
     std::error_code missing;
     if (!fs::exists(fs::symlink_status(manifest, missing))) write_file_atomic(manifest.string(), "");  // a run made none yet
     if (folded_any) *folded_any = false;

@@ -35,18 +35,37 @@ class ManifestPart {
   int fd_ = -1;
 };
 
+// The lines of a folder's manifest files that are not manifest lines (not a JSON object with an
+// integer "index"; a blank line is not counted): how many, and where the first ones are. Each
+// reader skips them (their images count as not made) and says so, naming them. A kill leaves
+// at worst a last line without its newline: never counted, since it is never read as a line.
+struct ManifestDamage {
+  int64_t lines = 0;
+  std::vector<std::string> first;  // "manifest.jsonl line 7", ".manifest/<run>-rank00001.jsonl line 3"
+  void add(std::string_view file, int64_t line_number);
+  // "OUT: 2 line(s) in its manifest files are not manifest lines (...): manifest.jsonl line 7,
+  // ...; skipped": one line for a warning; "" when there is none.
+  std::string describe(const std::string& out_dir) const;
+};
+
 // Every manifest line found in DIR, in the order read (manifest.jsonl, then the parts oldest
 // first: for an index, the last line visited is the one that counts), one line parsed at a time
 // (a million lines are never all held). A line cut by a kill (no newline, bad JSON), or one that
 // is not an object with an integer "index", is skipped: its image will be made again.
 // With `fields`, each line holds only those (and "index"): the others are dropped as parsed.
+// With `damage`, the lines skipped are counted there.
 void for_each_manifest_line(const std::string& out_dir,
                             const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
-                            const std::set<std::string>& fields = {});
+                            const std::set<std::string>& fields = {}, ManifestDamage* damage = nullptr);
 // The same lines as text, in the same order, before any parsing (a reader of a million lines
 // parses them its own way: ManifestFieldParser), and the parse for_each_manifest_line makes of
-// one: nullopt for a line it skips.
-void for_each_manifest_text(const std::string& out_dir, const std::function<void(std::string_view line)>& visit);
+// one: nullopt for a line it skips. `where` is the line's file inside DIR and its number.
+struct ManifestLineAt {
+  std::string_view file;
+  int64_t line_number;
+};
+void for_each_manifest_text(const std::string& out_dir,
+                            const std::function<void(std::string_view line, const ManifestLineAt& where)>& visit);
 std::optional<nlohmann::json> parse_manifest_line(std::string_view line, const std::set<std::string>& fields = {});
 // All of them, the last one per index (for a folder of a size that fits in memory as JSON).
 std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
@@ -56,7 +75,7 @@ std::map<int64_t, nlohmann::json> read_manifest(const std::string& out_dir);
 // the full parser skips leaves its index out (as a reader of the merged manifest would).
 void for_each_last_manifest_line(const std::string& out_dir,
                                  const std::function<void(int64_t index, const nlohmann::json& line)>& visit,
-                                 const std::set<std::string>& fields = {});
+                                 const std::set<std::string>& fields = {}, ManifestDamage* damage = nullptr);
 // Rewrites DIR/manifest.jsonl atomically, the last line per index, sorted by index, and removes
 // the parts it folded in whose writer is gone (a live writer holds a lock on its part: another
 // array task may still be appending). With no part there, manifest.jsonl is left as it is.

@@ -2,18 +2,32 @@
 
 #include <cstdio>
 
+#include "core/error.h"
 #include "core/sha256.h"
 #include "pipeline/image_outputs.h"
 #include "pipeline/output_layout.h"
 
 namespace ditbatch {
 
-std::optional<std::string> ImageWriter::write_files(const ImageJob& job, const GeneratedImage& image,
+namespace {
+
+// InputError is what refuses to write over something that is not a regular file at an output's
+// own name (or a file at its subfolder's): the other images' names are not taken by it.
+ImageWriter::Failure failure_of(const std::exception& e) {
+  return {fmt::format("cannot write the output: {}", e.what()), dynamic_cast<const InputError*>(&e) == nullptr};
+}
+
+}  // namespace
+
+std::optional<ImageWriter::Failure> ImageWriter::write_files(const ImageJob& job, const GeneratedImage& image,
                                                     ImageRecord& record) {
   const std::string png = png_path(out_dir_, job);
   bool png_written = false;
   try {
-    if (!job.folder.empty() && folders_made_.insert(job.folder).second) make_output_folder(out_dir_, job.folder);
+    if (!job.folder.empty() && !folders_made_.count(job.folder)) {  // (a refused one is tried again by its next image)
+      make_output_folder(out_dir_, job.folder);
+      folders_made_.insert(job.folder);
+    }
     const std::string bytes =
         write_png_atomic(png, image.pixels.data(), job.width, job.height, image.channels, png_metadata(record));
     png_written = true;
@@ -31,18 +45,18 @@ std::optional<std::string> ImageWriter::write_files(const ImageJob& job, const G
     // With --output-type latent an image is its PNG and its latents file: the PNG goes too, so
     // that a failed image leaves no file behind (a rerun makes both).
     if (png_written) std::remove(png.c_str());
-    return fmt::format("cannot write the output: {}", e.what());
+    return failure_of(e);
   }
 }
 
-std::optional<std::string> ImageWriter::write_sample(const ImageJob& job, ImageRecord& record) {
+std::optional<ImageWriter::Failure> ImageWriter::write_sample(const ImageJob& job, ImageRecord& record) {
   if (!tars_) return std::nullopt;
   try {
     write_sample_record(out_dir_, job, record);
     return std::nullopt;
   } catch (const std::exception& e) {
     std::remove(png_path(out_dir_, job).c_str());  // an image is its PNG and its record
-    return fmt::format("cannot write the output: {}", e.what());
+    return failure_of(e);
   }
 }
 

@@ -21,12 +21,19 @@ class ImageWriter {
   ImageWriter(std::string out_dir, bool write_latents, bool tars)
       : out_dir_(std::move(out_dir)), write_latents_(write_latents), tars_(tars) {}
 
+  // Why an image's files could not be written, and whether the folder takes no more (a full
+  // disk, a quota, a folder gone: every image would fail so) or only this image's names are
+  // taken by something that is not a file (a folder or FIFO planted at its PNG's name).
+  struct Failure {
+    std::string error;
+    bool folder_takes_no_more = true;
+  };
   // The PNG and the latents file of a made image, their paths, digests and stats in `record`.
-  // On failure nothing of the image is left, and the error says why (the folder takes no more).
-  std::optional<std::string> write_files(const ImageJob& job, const GeneratedImage& image, ImageRecord& record);
+  // On failure nothing of the image is left, and the failure says why.
+  std::optional<Failure> write_files(const ImageJob& job, const GeneratedImage& image, ImageRecord& record);
   // WebDataset: the sample's record beside its PNG, written last (it holds the image's status
   // and times); on failure the PNG goes too. Nothing to do in a PNG folder.
-  std::optional<std::string> write_sample(const ImageJob& job, ImageRecord& record);
+  std::optional<Failure> write_sample(const ImageJob& job, ImageRecord& record);
 
  private:
   std::string out_dir_;

@@ -117,14 +117,16 @@ std::string sha256_of(const Listed& l) {
 
 }  // namespace
 
-bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust) {
+bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust, bool* hashed) {
   const std::optional<std::string> path = output_path(out_dir, std::string(listed.name));
   if (!path) return false;
   const std::optional<FileStat> now = stat_regular_file(*path);
   if (!now) return false;
   if (trust == OutputTrust::Stat && now == listed.stat) return true;
   const std::string sha256 = sha256_in_folder(*path);
-  return !sha256.empty() && sha256 == listed.sha256;
+  const bool whole = !sha256.empty() && sha256 == listed.sha256;
+  if (whole && hashed && trust == OutputTrust::Stat) *hashed = true;
+  return whole;
 }
 
 bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_view tar,
@@ -134,20 +136,34 @@ bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_vi
   return tar_stat && path && stat_regular_file(*path) == tar_stat;
 }
 
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust) {
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust,
+                          bool* hashed) {
   const ListedKeys keys = keys_of(which);
   if (!keys.member || !is_tar_member(record))
     return listed_file_is_whole(out_dir,
                                 FileListing{string_field(record, keys.file), string_field(record, keys.sha256),
                                             recorded_file_stat(record, keys.stat)},
-                                trust);
+                                trust, hashed);
   const std::optional<Listed> l = listed(out_dir, record, which);
   if (!l) return false;
   const std::optional<FileStat> now = stat_regular_file(l->path);
   if (!now) return false;
   if (trust == OutputTrust::Stat && now == recorded_file_stat(record, l->stat_key)) return true;
   const std::string sha256 = sha256_of(*l);
-  return !sha256.empty() && sha256 == string_field(record, l->sha256_key);
+  const bool whole = !sha256.empty() && sha256 == string_field(record, l->sha256_key);
+  if (whole && hashed && trust == OutputTrust::Stat) *hashed = true;
+  return whole;
+}
+
+nlohmann::json with_current_stats(const std::string& out_dir, nlohmann::json record) {
+  for (const ListedFile which : {ListedFile::Image, ListedFile::Latents, ListedFile::Record}) {
+    const ListedKeys keys = keys_of(which);
+    if (!record.contains(keys.file) && !(keys.member && record.contains(keys.member))) continue;
+    const std::optional<Listed> l = listed(out_dir, record, which);
+    if (!l) continue;
+    if (const std::optional<FileStat> now = stat_regular_file(l->path)) record[l->stat_key] = file_stat_json(*now);
+  }
+  return record;
 }
 
 std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,

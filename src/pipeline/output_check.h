@@ -41,14 +41,21 @@ std::optional<FileStat> recorded_file_stat(const nlohmann::json& record, const c
 // Only a regular file that is not a symbolic link, named by a plain name inside the folder or
 // inside one of its five-digit subfolders (is_output_name), can be one: a manifest in a folder
 // others may write to could name "../../dev/zero" or a link.
-bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust);
+// With `hashed`, it is set when the file was whole by its sha256 alone (its stat had changed: a
+// copied or restored folder), so that the caller can record the stat it has now.
+bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& record, ListedFile which, OutputTrust trust,
+                          bool* hashed = nullptr);
 // The same of a file (not a tar member) a line lists, read by other means (ManifestFieldParser):
 // its name and sha256 ("" when not strings) and its stat (nullopt unless recorded whole).
 struct FileListing {
   std::string_view name, sha256;
   std::optional<FileStat> stat;
 };
-bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust);
+bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust,
+                          bool* hashed = nullptr);
+// The line with the stat each file it lists has now (a tar member's: its tar's), for a line
+// whose files were found whole by their sha256 after their stat changed.
+nlohmann::json with_current_stats(const std::string& out_dir, nlohmann::json record);
 // Whether the members a line lists in a tar are whole by the tar's stat alone: the tar (a
 // ".tar" file of the folder) has the stat listed and each member a plain name and a place.
 // False says only that the stat cannot tell: the members must then be read (listed_file_is_whole

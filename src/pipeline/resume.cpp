@@ -1,19 +1,23 @@
 #include "pipeline/resume.h"
-#include "io/json_text.h"
 
 #include <fmt/ranges.h>
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
 
 #include "core/error.h"
+#include "io/json_text.h"
 #include "io/manifest.h"
 #include "io/manifest_fields.h"
 #include "pipeline/image_outputs.h"
+#include "pipeline/output_layout.h"
 
 namespace ditbatch {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -91,9 +95,11 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
 
 namespace {
 
-// What one manifest line says of `job`'s image. `other` gets "file (changes)" for OtherSettings.
+// What one manifest line says of `job`'s image. `other` gets "file (changes)" for OtherSettings;
+// `hashed` is set when a file was whole only by its sha256 (its stat had changed).
 PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, const ResumeKey& key,
-                               const nlohmann::json& record, OutputTrust trust, std::string* other) {
+                               const nlohmann::json& record, OutputTrust trust, std::string* other,
+                               bool* hashed = nullptr) {
   if (recorded_string(record, "status") != "ok") return PreviousImages::Incomplete;
   // Settings first (no read), then only a PNG that is still there and whole matters. Another
   // file at this index (a changed prompt list) counts too: the manifest would drop its line.
@@ -116,9 +122,9 @@ PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, 
   }
   // --output-type latent: the latents file is part of the image (listed since it was written);
   // in a WebDataset folder its record is (the tar's .json member, or the staged one).
-  const bool whole = listed_file_is_whole(out_dir, record, ListedFile::Image, trust) &&
-                     (!key.with_latents || listed_file_is_whole(out_dir, record, ListedFile::Latents, trust)) &&
-                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, ListedFile::Record, trust));
+  const bool whole = listed_file_is_whole(out_dir, record, ListedFile::Image, trust, hashed) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, record, ListedFile::Latents, trust, hashed)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, ListedFile::Record, trust, hashed));
   if (!whole) return PreviousImages::Incomplete;
   return packed ? PreviousImages::Packed : PreviousImages::Complete;
 }
@@ -147,7 +153,7 @@ class LoraVerdicts {
 // full path finds what changed and words it). Every comparison is changed_settings's.
 std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, const ImageJob& job,
                                                     const ResumeKey& key, const ManifestFields& f, OutputTrust trust,
-                                                    LoraVerdicts& loras) {
+                                                    LoraVerdicts& loras, bool* hashed) {
   if (f.status != "ok") return PreviousImages::Incomplete;
   bool same = f.prompt == job.prompt && f.negative_prompt == job.negative_prompt_used() && f.seed == job.seed &&
               f.width == job.width && f.height == job.height && f.steps == job.steps && f.cfg == job.cfg_used() &&
@@ -171,9 +177,9 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
                               {f.json_member.value_or(""), f.json_member_offset, f.json_member_size}});
     return by_stat ? std::optional(PreviousImages::Packed) : std::nullopt;
   }
-  const bool whole = listed_file_is_whole(out_dir, png, trust) &&
-                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust)) &&
-                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, trust));
+  const bool whole = listed_file_is_whole(out_dir, png, trust, hashed) &&
+                     (!key.with_latents || listed_file_is_whole(out_dir, latents, trust, hashed)) &&
+                     (key.images_per_tar == 0 || listed_file_is_whole(out_dir, record, trust, hashed));
   return whole ? PreviousImages::Complete : PreviousImages::Incomplete;
 }
 
@@ -210,29 +216,39 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
   ManifestFieldParser parser;
   ManifestFields fields;
   LoraVerdicts loras(key.denoiser);
-  for_each_manifest_text(out_dir, [&](std::string_view text) {
+  for_each_manifest_text(out_dir, [&](std::string_view text, const ManifestLineAt& where) {
     std::optional<nlohmann::json> record;
     const ManifestFieldParser::Verdict verdict = parser.parse(text, fields);
-    if (verdict == ManifestFieldParser::NotALine) return;
-    if (verdict == ManifestFieldParser::Unsure && !(record = parse_manifest_line(text, kResumeFields))) return;
+    const bool not_a_line = verdict == ManifestFieldParser::NotALine ||
+                            (verdict == ManifestFieldParser::Unsure && !(record = parse_manifest_line(text, kResumeFields)));
+    if (not_a_line) {
+      if (text.find_first_not_of(" \t\r") != std::string_view::npos) previous.damage.add(where.file, where.line_number);
+      return;
+    }
     const int64_t index = record ? (*record)["index"].get<int64_t>() : fields.index;
+    if (index >= std::ssize(jobs) || index < 0) previous.outside_the_list.insert(index);
     if (index < begin || index >= end || index >= std::ssize(jobs)) return;
     const ImageJob& job = jobs[static_cast<size_t>(index)];
-    auto state_by = [&](OutputTrust trust, std::string* other) {
+    auto state_by = [&](OutputTrust trust, std::string* other, bool* hashed) {
       if (!record)
-        if (const auto quick = quick_state_of(out_dir, job, key, fields, trust, loras)) return *quick;
+        if (const auto quick = quick_state_of(out_dir, job, key, fields, trust, loras, hashed)) return *quick;
       if (!record) record = parse_manifest_line(text, kResumeFields);
-      return record ? state_of(out_dir, job, key, *record, trust, other) : PreviousImages::Absent;
+      return record ? state_of(out_dir, job, key, *record, trust, other, hashed) : PreviousImages::Absent;
     };
     std::string other;
-    auto state = state_by(OutputTrust::Stat, &other);
+    bool hashed = false;
+    auto state = state_by(OutputTrust::Stat, &other, &hashed);
     if (state == PreviousImages::Absent) return;  // (the full parser skips a line the quick one read)
+    if ((state == PreviousImages::Complete || state == PreviousImages::Packed) && hashed)
+      previous.restat.insert(index);
+    else
+      previous.restat.erase(index);  // (a later line for the index decides)
     previous.examples.erase(index);
     if (state == PreviousImages::OtherSettings && previous.examples.size() < kExamplesKept)
       previous.examples.emplace(index, std::move(other));
     if (changed_in_place) {
       const bool by_hash = (state == PreviousImages::Complete || state == PreviousImages::Packed) &&
-                           state_by(OutputTrust::Hash, nullptr) != state;
+                           state_by(OutputTrust::Hash, nullptr, nullptr) != state;
       changed[static_cast<size_t>(index)] = by_hash;
       if (by_hash) state = PreviousImages::Incomplete;
     }
@@ -272,8 +288,88 @@ void check_previous_images(const std::string& out_dir, const PreviousImages& pre
                out_dir, count, fmt::join(found, ", "), count > 3 ? fmt::format(" and {} more", count - 3) : "");
 }
 
+void warn_of_previous_lines(const std::string& out_dir, const PreviousImages& previous, int64_t jobs, const Log& log) {
+  if (previous.damage.lines > 0) log.warn("{}", previous.damage.describe(out_dir));
+  if (previous.outside_the_list.empty()) return;
+  const int64_t low = *previous.outside_the_list.begin(), high = *previous.outside_the_list.rbegin();
+  log.warn("{}: {} image(s) listed in its manifest have an index this prompt list of {} has not ({}): another "
+           "prompt list's; left as they are and listed, not part of this run",
+           out_dir, previous.outside_the_list.size(), jobs,
+           low == high ? fmt::format("index {}", low) : fmt::format("indices {} to {}", low, high));
+}
+
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key) {
   check_previous_images(out_dir, scan_previous_images(out_dir, jobs, key));
+}
+
+namespace {
+
+// The names a manifest line lists as files of its own in the folder (a tar is shared: not one).
+std::vector<std::string> own_files_of(const nlohmann::json& line) {
+  std::vector<std::string> files;
+  for (const char* key : {"file", "latents_file", "json_file"}) {
+    if (std::string_view(key) == "file" && line.contains("member")) continue;
+    const auto it = line.find(key);
+    if (it != line.end() && it->is_string() && is_output_name(it->get<std::string>())) files.push_back(it->get<std::string>());
+  }
+  return files;
+}
+
+const std::set<std::string> kOwnFileFields = {"file", "latents_file", "json_file", "member"};
+
+}  // namespace
+
+int64_t record_current_stats(const std::string& out_dir, const std::set<int64_t>& restat, const std::string& run_id) {
+  if (restat.empty()) return 0;
+  std::optional<ManifestPart> part;
+  std::vector<nlohmann::json> lines;  // appended a batch at a time: a copied million-image folder is gigabytes of JSON
+  int64_t written = 0;
+  auto append = [&] {
+    if (lines.empty()) return;
+    if (!part) part.emplace(out_dir, run_id, 0);
+    part->append(lines);
+    written += std::ssize(lines);
+    lines.clear();
+  };
+  for_each_last_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& line) {
+    if (!restat.count(index)) return;
+    lines.push_back(with_current_stats(out_dir, line));
+    if (lines.size() == 4096) append();
+  });
+  append();
+  return written;
+}
+
+std::vector<std::string> outputs_to_be_replaced(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                                int64_t begin, int64_t end) {
+  std::set<std::string> files;
+  end = std::min(end, std::ssize(jobs));
+  for_each_last_manifest_line(out_dir, [&](int64_t index, const nlohmann::json& line) {
+    if (index < begin || index >= end) return;
+    const auto file = line.find("file");
+    if (line.contains("member") || file == line.end() || !file->is_string()) return;
+    if (*file == jobs[static_cast<size_t>(index)].file()) return;  // the same name: replaced in place
+    for (std::string& f : own_files_of(line)) files.insert(std::move(f));
+  }, kOwnFileFields);
+  return {files.begin(), files.end()};
+}
+
+std::vector<std::string> remove_replaced_outputs(const std::string& out_dir, const std::vector<std::string>& files) {
+  if (files.empty()) return {};
+  std::set<std::string> listed;
+  const std::set<std::string> candidates(files.begin(), files.end());
+  for_each_last_manifest_line(out_dir, [&](int64_t, const nlohmann::json& line) {
+    for (std::string& f : own_files_of(line))
+      if (candidates.count(f)) listed.insert(std::move(f));
+  }, kOwnFileFields);
+  std::vector<std::string> removed;
+  for (const std::string& name : files) {
+    if (listed.count(name)) continue;
+    const std::optional<std::string> path = output_path(out_dir, name);
+    std::error_code ec;
+    if (path && fs::is_regular_file(fs::symlink_status(*path, ec)) && fs::remove(*path, ec)) removed.push_back(name);
+  }
+  return removed;
 }
 
 }  // namespace ditbatch

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/log.h"
+#include "io/manifest.h"
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/job.h"
 #include "pipeline/output_check.h"
@@ -42,6 +44,9 @@ struct PreviousImages {
   enum State : uint8_t { Absent = 0, Complete = 1, OtherSettings = 2, Incomplete = 3, Packed = 4 };  // Packed: complete, in its tar
   std::vector<uint8_t> state;                 // per job index
   std::map<int64_t, std::string> examples;    // "file (changes)" of OtherSettings images, the first ones
+  ManifestDamage damage;                      // lines that are not manifest lines
+  std::set<int64_t> outside_the_list;         // indices listed that no job has (another, longer prompt list)
+  std::set<int64_t> restat;                   // complete by their sha256 after their stat changed (a copied folder)
   int64_t count(State s, int64_t begin, int64_t end) const;
   // Per job index: 0 to make, 1 complete (in a WebDataset folder: staged), 2 complete in its tar.
   std::vector<uint8_t> complete_flags() const {
@@ -75,5 +80,25 @@ std::vector<std::string> changed_settings(const ImageJob& job, const ResumeKey& 
 // dropped from the manifest. Throws InputError naming them; --overwrite skips this.
 void check_previous_images(const std::string& out_dir, const std::vector<ImageJob>& jobs, const ResumeKey& key);
 void check_previous_images(const std::string& out_dir, const PreviousImages& previous);
+// What a run is told of a folder's manifest besides: lines that are none, and images listed
+// past the prompt list (kept as they are, not this run's). Warnings, never refusals.
+void warn_of_previous_lines(const std::string& out_dir, const PreviousImages& previous, int64_t jobs, const Log& log);
+
+// A copied or restored folder: its images are whole by their sha256, but their stat is not the
+// one listed, so each rerun would hash them all again. Appends, for each index of `restat`, its
+// last line with the stats its files have now (as a part of run `run_id`, rank 0's, folded in by
+// the next merge); returns how many.
+int64_t record_current_stats(const std::string& out_dir, const std::set<int64_t>& restat, const std::string& run_id);
+
+// --overwrite with another prompt list: the files the folder's manifest lists (a PNG, its
+// latents or staged record; not a tar, whose name is its index range's) for an index in
+// [begin, end) this run makes under another name. Once the run's line for that index is in,
+// nothing would list them.
+std::vector<std::string> outputs_to_be_replaced(const std::string& out_dir, const std::vector<ImageJob>& jobs,
+                                                int64_t begin, int64_t end);
+// After the merge: removes each of `files` that no line of the manifest lists any more (a stopped
+// run's untried images keep theirs), so an overwritten folder holds no file it does not list.
+// Returns the ones removed.
+std::vector<std::string> remove_replaced_outputs(const std::string& out_dir, const std::vector<std::string>& files);
 
 }  // namespace ditbatch

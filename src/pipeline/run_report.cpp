@@ -173,6 +173,7 @@ json collect_run_report(const std::string& out_dir) {
   int64_t ok = 0, failed = 0, images = 0;
   SharedSettings shared;
 
+  ManifestDamage damage;  // lines that are not manifest lines: said on the page and by `report`
   // One line at a time: a million-image folder's lines are never all held.
   for_each_last_manifest_line(out_dir, [&](int64_t index, const json& line) {
     ++images;
@@ -197,7 +198,7 @@ json collect_run_report(const std::string& out_dir) {
     im.ok ? ++run.ok : ++run.failed;
     widen(run, im.start);
     widen(run, im.end);
-  }, kReportFields);
+  }, kReportFields, &damage);
   for (const json& r : records) {
     Run& run = runs[r["run_id"].get<std::string>()];
     Lane& lane = run.lanes[r["rank"].get<int64_t>()];
@@ -286,14 +287,17 @@ json collect_run_report(const std::string& out_dir) {
                  {"write", stage_stats(write)},
                  {"total", stage_stats(total)}}},
                {"runs", runs_json},
+               {"not_manifest_lines", {{"lines", damage.lines}, {"first", damage.first}, {"said", damage.describe(out_dir)}}},
                {"columns", kImageColumns}};
   report["images"] = std::move(rows);  // (moved: an initializer list would copy a million rows)
   return report;
 }
 
-std::string write_run_report(const std::string& out_dir) {
+std::string write_run_report(const std::string& out_dir, std::string* warning) {
   const std::string path = (fs::path(out_dir) / "report.html").string();
-  write_file_atomic(path, render_report_page(collect_run_report(out_dir)));
+  const json report = collect_run_report(out_dir);
+  write_file_atomic(path, render_report_page(report));
+  if (warning) *warning = report["not_manifest_lines"]["said"].get<std::string>();
   return path;
 }
 

@@ -16,8 +16,9 @@ namespace ditbatch {
 
 // What the page shows, as the JSON its script reads (the layout is report_page.html's).
 nlohmann::json collect_run_report(const std::string& out_dir);
-// Writes OUT/report.html atomically from collect_run_report; returns its path.
-std::string write_run_report(const std::string& out_dir);
+// Writes OUT/report.html atomically from collect_run_report; returns its path. `warning` gets
+// what the page says of manifest lines that are none ("" when every line is one).
+std::string write_run_report(const std::string& out_dir, std::string* warning = nullptr);
 // The same at the end of a generate run: logs where the report is, and only warns when it
 // cannot be written (the images and the manifest are what the run is for).
 void write_run_report_after_run(const std::string& out_dir, const Log& log);

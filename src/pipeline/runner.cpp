@@ -210,19 +210,19 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
     record.timings = {times.text_encoder, times.transformer, times.vae, image_watch.seconds()};
     bool output_broken = false;
     Stopwatch write_watch;
-    if (auto error = image.ok ? writer.write_files(job, image, record) : std::nullopt) {
+    if (auto failure = image.ok ? writer.write_files(job, image, record) : std::nullopt) {
       image.ok = false;
-      image.error = *error;
-      output_broken = true;
+      image.error = failure->error;
+      output_broken = failure->folder_takes_no_more;
     }
     record.timings.write_s = write_watch.seconds();
     record.status = image.ok ? "ok" : "failed";
     record.finished = utc_iso_now(false);
-    if (auto error = image.ok ? writer.write_sample(job, record) : std::nullopt) {
+    if (auto failure = image.ok ? writer.write_sample(job, record) : std::nullopt) {
       image.ok = false;
-      image.error = *error;
+      image.error = failure->error;
       record.status = "failed";
-      output_broken = true;
+      output_broken = failure->folder_takes_no_more;
     }
     if (image.ok) {
       ++summary.done;

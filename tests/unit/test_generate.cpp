@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "core/sha256.h"
@@ -222,6 +223,19 @@ TEST(Generate, RerunWithOtherSettingsIsRefusedAndLeavesTheFolderAlone) {
   EXPECT_EQ(text_of(read_png(dir / ("out/" + names[1])))["seed"], "10");
   auto again = test::run(generate_cmd(dir / "out", prompts + " --seed 9"));
   EXPECT_NE(again.output.find("0 done, 2 skipped"), std::string::npos) << again.output;
+
+  // --overwrite with another prompt list: the first list's PNG at index 0 is listed by no line
+  // once the new image's line is in, so it goes; the one of the same name is replaced in place.
+  auto other = test::run(generate_cmd(dir / "out", "--prompt 'a harbour' --prompt 'a forest' --overwrite"));
+  EXPECT_EQ(other.status, 0) << other.output;
+  EXPECT_NE(other.output.find("removed 1 file(s) of the images this run replaced under other names (" + names[0]),
+            std::string::npos)
+      << other.output;
+  std::set<std::string> listed;
+  for (const auto& [index, line] : read_manifest(dir / "out")) listed.insert(line["file"].get<std::string>());
+  const auto files = pngs_in(dir / "out");
+  EXPECT_EQ(std::set<std::string>(files.begin(), files.end()), listed);
+  EXPECT_EQ(listed, (std::set<std::string>{"000000-a-harbour.png", "000001-a-forest.png"}));
 }
 
 // --max-sequence-length decides the image only for a prompt longer than it: the manifest

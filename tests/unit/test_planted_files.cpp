@@ -8,7 +8,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "io/weight_store.h"
 #include "test_util.h"
@@ -220,8 +224,64 @@ TEST(PlantedFiles, VerifyNeedsAManifestThatIsOne) {
   { std::ofstream(dir / "real/manifest.jsonl", std::ios::app) << "not json at all\n[1, 2]\n"; }
   r = verify(dir / "real");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_TRUE(has(r.output, "2 of the manifest's 3 line(s) are not manifest lines")) << r.output;
+  EXPECT_TRUE(has(r.output, "2 line(s) of its manifest files are not manifest lines (not a JSON object with an integer "
+                            "\"index\"): manifest.jsonl line 2, manifest.jsonl line 3;"))
+      << r.output;
   EXPECT_TRUE(has(r.output, "1 of 1 image(s) listed as made match their sha256")) << r.output;
+}
+
+// Lines appended to a manifest that are not manifest lines were skipped without a word by
+// generate, inspect and report; an image listed past the prompt list, too. Each reader says
+// which lines (the file's own line numbers, counted here from the bytes written).
+TEST(PlantedFiles, LinesThatAreNotManifestLinesAreSaidByEveryReader) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  const std::string two = "--prompt 'a hen'";  // and small_run's 'a fox'
+  ASSERT_EQ(test::run(small_run(out, two)).status, 0);
+  std::string lines = test::read_text(out + "/manifest.jsonl");
+  ASSERT_EQ(std::count(lines.begin(), lines.end(), '\n'), 2) << lines;
+  auto past = nlohmann::json::parse(lines.substr(0, lines.find('\n')));
+  past["index"] = 7;
+  { std::ofstream(out + "/manifest.jsonl", std::ios::app) << "\nnot json at all\n{\"index\": \"4\"}\n" << past.dump() << "\n"; }
+  // line 3 is blank (not counted), 4 and 5 are not lines, 6 is image 7 of a longer list
+  const std::string said = "2 line(s) of its manifest files are not manifest lines (not a JSON object with an integer "
+                           "\"index\"): manifest.jsonl line 4, manifest.jsonl line 5;";
+  const auto rerun = test::run(small_run(out, two));
+  EXPECT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_TRUE(has(rerun.output, said)) << rerun.output;
+  EXPECT_TRUE(has(rerun.output, "1 image(s) listed in its manifest have an index this prompt list of 2 has not "
+                                "(index 7)"))
+      << rerun.output;
+  EXPECT_TRUE(has(rerun.output, "0 done, 2 skipped")) << rerun.output;
+  const auto inspect = test::run(fmt::format("{} inspect {}", test::exe(), out));
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_TRUE(has(inspect.output, "warning: " + out + ": " + said)) << inspect.output;
+  const auto report = test::run(fmt::format("{} report {}", test::exe(), out));
+  EXPECT_EQ(report.status, 0) << report.output;
+  EXPECT_TRUE(has(report.output, "warning: " + out + ": " + said)) << report.output;
+  EXPECT_TRUE(has(test::read_text(out + "/report.html"), "manifest.jsonl line 4, manifest.jsonl line 5")) ;
+  // A clean folder says nothing of the kind.
+  ASSERT_EQ(test::run(small_run(dir / "clean")).status, 0);
+  const auto clean = test::run(fmt::format("{} inspect {}", test::exe(), dir / "clean"));
+  EXPECT_FALSE(has(clean.output, "not manifest lines")) << clean.output;
+}
+
+// A folder planted where one image's PNG goes once stopped the whole run ("cannot be
+// written", as for a full disk): only that image fails, and the others are made.
+TEST(PlantedFiles, AFolderAtOneImagesNameFailsOnlyThatImage) {
+  TempDir dir;
+  const std::string out = dir / "out";
+  fs::create_directories(out + "/000001-a-hen.png");
+  const auto r = test::run(small_run(out, "--prompt 'a hen' --prompt 'an owl'"));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "image 1 (--prompt #2) failed: cannot write the output: " + out +
+                                "/000001-a-hen.png: is a folder, not a file"))
+      << r.output;
+  EXPECT_FALSE(has(r.output, "stopping")) << r.output;
+  EXPECT_TRUE(has(r.output, "2 done, 0 skipped, 1 failed")) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(out + "/000000-a-fox.png"));
+  EXPECT_TRUE(fs::is_regular_file(out + "/000002-an-owl.png"));
+  EXPECT_TRUE(fs::is_directory(out + "/000001-a-hen.png"));
 }
 
 // An option's value that does not parse once got Boost's "the argument ('X') for option '--o' is

@@ -142,6 +142,36 @@ TEST(ResumeByStat, ARerunOverFinishedImagesReadsNoImageBytes) {
                                              << " bytes or more";
 }
 
+// A copied folder (new inodes and mtimes) is hashed once: the rerun that found its images whole
+// by their sha256 records the stat they have now, so the next rerun reads none of them.
+TEST(ResumeByStat, ACopiedFolderIsHashedOnceThenTrustedByItsNewStat) {
+  TempDir dir;
+  ASSERT_EQ(test::run(generate_cmd(dir / "all", kPrompts)).status, 0);
+  fs::copy(dir / "all", dir / "copy", fs::copy_options::recursive);
+  int64_t png_bytes = 0;
+  for (const auto& name : test::pngs_in(dir / "copy")) png_bytes += static_cast<int64_t>(fs::file_size(dir / ("copy/" + name)));
+  const CountedRun first = run_counting_reads(generate_cmd(dir / "copy", kPrompts), dir / "first.log");
+  const CountedRun second = run_counting_reads(generate_cmd(dir / "copy", kPrompts), dir / "second.log");
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(first.output.find("0 done, 4 skipped"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("4 image(s) whole by their sha256, though their stat is not the one listed"),
+            std::string::npos)
+      << first.output;
+  EXPECT_NE(second.output.find("0 done, 4 skipped"), std::string::npos) << second.output;
+  EXPECT_EQ(second.output.find("whole by their sha256"), std::string::npos) << second.output;
+  EXPECT_GE(first.rchar - second.rchar, png_bytes) << "the first rerun hashes every PNG, the second none";
+  const auto lines = read_manifest(dir / "copy");
+  ASSERT_EQ(lines.size(), 4u);
+  for (const auto& [index, line] : lines) {  // the copy's own stat, one line per image
+    const std::string png = dir / ("copy/" + line["file"].get<std::string>());
+    EXPECT_EQ(line["file_stat"]["inode"], inode(png));
+    EXPECT_EQ(line["file_stat"]["mtime_ns"], mtime_ns(png));
+    EXPECT_EQ(line["sha256"], sha256_hex(test::read_text(png)));
+  }
+  EXPECT_EQ(test::run(fmt::format("{} verify {}", test::exe(), dir / "copy")).status, 0);
+}
+
 TEST(ResumeByStat, AFileEditedInPlaceIsMadeAgainAndVerifyCatchesWhatStatCannot) {
   TempDir dir;
   ASSERT_EQ(test::run(generate_cmd(dir / "out", kPrompts)).status, 0);
