@@ -352,6 +352,10 @@ int cmd_generate(const std::vector<std::string>& args) {
     log_file = fmt::format("{}/rank-{:05d}.log", o.log_dir, world.rank());
   }
   Log log(world.rank(), world.size(), o.log_level, log_file, !log_file.empty() && world.rank() != 0);
+  acknowledge_stop_signals(world.rank(), world.size(), log.file_descriptor());
+  struct Unacknowledge {
+    ~Unacknowledge() { stop_acknowledging_signals(); }
+  } before_the_log_closes;
   Stopwatch wall;
   const int threads = threads_per_rank(o, world);
   omp_set_num_threads(threads);

@@ -41,6 +41,7 @@ class AppendFileSink final : public spdlog::sinks::base_sink<std::mutex> {
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   }
   ~AppendFileSink() override { ::close(fd_); }
+  int fd() const { return fd_; }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
@@ -71,7 +72,9 @@ Log::Log(int rank, int world_size, const std::string& level, const std::string& 
   sinks.push_back(std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (quiet_stderr) sinks.back()->set_level(spdlog::level::warn);
   if (!log_file.empty()) {
-    sinks.push_back(std::make_shared<AppendFileSink>(log_file));
+    auto file = std::make_shared<AppendFileSink>(log_file);
+    file_fd_ = file->fd();
+    sinks.push_back(std::move(file));
   }
   logger_ = std::make_shared<spdlog::logger>(fmt::format("ditbatch-{}", instance++), sinks.begin(),
                                              sinks.end());

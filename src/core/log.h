@@ -34,12 +34,15 @@ class Log {
   }
   void flush() const { logger_->flush(); }
   int rank() const { return rank_; }
+  // The log file's descriptor (-1 without one): a signal handler may write a line to it.
+  int file_descriptor() const { return file_fd_; }
   // A log that prints nothing (tests, library calls that need one).
   static Log quiet();
 
  private:
   std::shared_ptr<spdlog::logger> logger_;
   int rank_ = 0;
+  int file_fd_ = -1;
 };
 
 }  // namespace ditbatch

@@ -17,6 +17,11 @@
 namespace ditbatch {
 
 void install_stop_handlers();
+// From then on a signal is said when it arrives, by the handler itself (a VAE decode or a read
+// may keep the loop from saying it for minutes): one line on stderr and in the log file, in
+// the log's format, saying what the process will do.
+void acknowledge_stop_signals(int rank, int world_size, int log_fd);
+void stop_acknowledging_signals();  // before the log file is closed
 // --on-signal abandon: the first signal starts the deadline too.
 void set_abandon_on_first_signal(bool abandon);
 bool stop_requested();

@@ -473,6 +473,8 @@ TEST(Generate, StopSignalFinishesTheImageAndAsksForARequeue) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir / "log.txt");
   EXPECT_NE(test::read_text(dir / "log.txt").find("taking no new images"), std::string::npos);
+  EXPECT_NE(test::read_text(dir / "log.txt").find("] [rank 0/1] [warning] SIGUSR1 (signal 10) received: taking no new image;"),
+            std::string::npos);
   const size_t made = pngs_in(dir / "out").size();
   // Every image started before the run noticed the signal is finished, and none starts after it.
   // (How many started first depends on when the signal lands: image 1 was in progress when it
