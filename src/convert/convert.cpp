@@ -1,5 +1,4 @@
 #include "convert/convert.h"
-#include "io/json_text.h"
 
 #include <sys/stat.h>
 
@@ -11,6 +10,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/timer.h"
+#include "io/json_text.h"
 #include "io/safetensors.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
@@ -198,6 +198,9 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
 
   // ---- validate everything first: nothing is written for a folder that cannot convert ----
   nlohmann::json index = parse_json_file(root, (root / "model_index.json").string());
+  if (!index.is_object())
+    fail_input("{}/model_index.json: is {} {}, not the JSON object of a diffusers pipeline folder", opt.from,
+               index.type_name(), json_excerpt(index));
   const std::string pipeline_class = index.value("_class_name", "");
   const FolderFamily& family = folder_family(pipeline_class, opt.from);
   // Qwen-Image-2.1 Turbo's fixed sigma grid (null in the base checkpoint): kept as given.
@@ -315,6 +318,11 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
       const DType out = target_dtype(opt.dtype, e.dtype);
       const void* src = item.file->data(e);
       const size_t n = static_cast<size_t>(shape_numel(e.shape));
+      // A NaN or Inf weight makes every image NaN: refused by name (the temporary file goes).
+      if (const int64_t at = first_non_finite(src, e.dtype, n); at >= 0)
+        fail_input("{}: tensor '{}' of the {} holds a NaN or infinite value at element {} of {}: a broken "
+                   "checkpoint (ditbatch converts finite weights only)",
+                   item.file->path(), e.name, m.name, at, n);
       if (out == e.dtype) {
         writer.add_tensor(e.name, e.shape, out, src);
       } else {
@@ -322,6 +330,10 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
         convert_to_f32(src, e.dtype, as_f32.data(), n);
         converted.resize(n * dtype_size(out));
         convert_from_f32(as_f32.data(), converted.data(), out, n);
+        if (const int64_t at = first_non_finite(converted.data(), out, n); at >= 0)
+          fail_input("{}: tensor '{}' of the {}: element {} ({}) is past the range of --dtype {}; convert to a wider "
+                     "type (bf16, f32)",
+                     item.file->path(), e.name, m.name, at, as_f32[static_cast<size_t>(at)], opt.dtype);
         writer.add_tensor(e.name, e.shape, out, converted.data());
       }
       item.file->release(e);

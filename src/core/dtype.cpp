@@ -116,4 +116,28 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t 
   }
 }
 
+namespace {
+
+template <typename Bits>
+int64_t first_with_exponent_all_set(const void* data, size_t n, Bits exponent) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, bytes + i * sizeof(Bits), sizeof(Bits));  // (any alignment)
+    if ((v & exponent) == exponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t first_non_finite(const void* data, DType type, size_t n) {
+  switch (type) {
+    case DType::F32: return first_with_exponent_all_set<uint32_t>(data, n, 0x7F800000u);
+    case DType::BF16: return first_with_exponent_all_set<uint16_t>(data, n, 0x7F80u);
+    case DType::F16: return first_with_exponent_all_set<uint16_t>(data, n, 0x7C00u);
+    default: return -1;
+  }
+}
+
 }  // namespace ditbatch

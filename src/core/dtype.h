@@ -71,4 +71,8 @@ void convert_from_f32(const float* src, void* dst, DType dst_type, size_t n);
 // except between two 16-bit float types (through f32, a block at a time).
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t n);
 
+// The first of n values of a float type that is NaN or infinite (its exponent bits all set),
+// or -1; -1 for any other type.
+int64_t first_non_finite(const void* data, DType type, size_t n);
+
 }  // namespace ditbatch

@@ -1,7 +1,7 @@
 #include "io/config.h"
-#include "io/json_text.h"
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 

@@ -1,7 +1,8 @@
 #include "io/image_record.h"
-#include "io/json_text.h"
 
 #include <limits>
+
+#include "io/json_text.h"
 
 namespace ditbatch {
 

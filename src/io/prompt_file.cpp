@@ -1,5 +1,4 @@
 #include "io/prompt_file.h"
-#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
@@ -10,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 

@@ -1,11 +1,11 @@
 #include "io/run_record.h"
-#include "io/json_text.h"
 
 #include <filesystem>
 
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/wall_clock.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;

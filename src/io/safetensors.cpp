@@ -1,5 +1,4 @@
 #include "io/safetensors.h"
-#include "io/json_text.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;
@@ -191,6 +191,9 @@ SafetensorsSet SafetensorsSet::open_index(const std::string& index_path) {
     if (shard.find('/') != std::string::npos || shard == ".." || shard.empty())
       fail_input("{}: weight_map entry '{}' names '{}', which is not a file in the same folder", index_path,
                  it.key(), shard);
+    if (!shard.ends_with(".safetensors"))  // (an index naming itself was read as a safetensors header)
+      fail_input("{}: weight_map entry '{}' names {}, which is not a .safetensors file", index_path, it.key(),
+                 json_excerpt(nlohmann::json(shard)));
     if (!shards.count(shard)) {
       std::string path = (dir / shard).string();
       if (!file_exists(path))

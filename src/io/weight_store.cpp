@@ -1,5 +1,4 @@
 #include "io/weight_store.h"
-#include "io/json_text.h"
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 

@@ -1,5 +1,4 @@
 #include "model/lora.h"
-#include "io/json_text.h"
 
 #include <fmt/ranges.h>
 #include <re2/re2.h>
@@ -19,6 +18,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/sha256.h"
+#include "io/json_text.h"
 #include "io/safetensors.h"
 
 namespace ditbatch {

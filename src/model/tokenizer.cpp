@@ -1,5 +1,4 @@
 #include "model/tokenizer.h"
-#include "io/json_text.h"
 
 #include <oniguruma.h>
 #include <utf8proc.h>
@@ -16,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "io/json_text.h"
 #include "io/weight_store.h"
 
 namespace ditbatch {

@@ -1,5 +1,4 @@
 #include "pipeline/qwen_image_21_pipeline.h"
-#include "io/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -8,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "io/json_text.h"
 #include "model/lora_merge.h"
 
 namespace ditbatch {

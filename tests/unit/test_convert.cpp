@@ -3,6 +3,7 @@
 // must be deterministic.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -322,6 +323,95 @@ TEST(Convert, BadInputFailsBeforeWritingAnything) {
   r = test::run(test::exe() + " make-tiny --out " + (dir / "a-folder"));
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("is a folder"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// Sets element `at` of tensor `name` in a safetensors file to `value`, keeping every dtype.
+void poke(const std::string& path, const std::string& name, size_t at, float value) {
+  bool found = false;
+  auto file = SafetensorsFile::open(path);
+  std::vector<test::StTensor> tensors;
+  for (const auto& e : file->entries()) {
+    std::vector<float> v(static_cast<size_t>(shape_numel(e.shape)));
+    convert_to_f32(file->data(e), e.dtype, v.data(), v.size());
+    if (e.name == name) v.at(at) = value, found = true;
+    tensors.push_back({e.name, dtype_tag(e.dtype), e.shape, stored_bytes(v, e.dtype)});
+  }
+  file.reset();
+  ASSERT_TRUE(found) << name;
+  test::write_text(path, test::safetensors_bytes(tensors));
+}
+
+int64_t numel_of(const std::string& path, const std::string& name) {
+  auto file = SafetensorsFile::open(path);
+  for (const auto& e : file->entries())
+    if (e.name == name) return shape_numel(e.shape);
+  return -1;
+}
+
+}  // namespace
+
+// A NaN or Inf weight makes every image NaN: convert refuses it naming the file, tensor and
+// element (as a LoRA's are), in any stored type, and leaves nothing behind. So does a value
+// that --dtype f16 cannot hold, a model_index.json that is no object, and a shard index that
+// names itself as a shard (it was read as a safetensors header: "header length 70178...").
+TEST(Convert, NonFiniteWeightsAndBrokenIndexesAreRefusedByName) {
+  TempDir dir;
+  auto convert = [&](const std::string& extra = "") {
+    auto r = test::run(fmt::format("{} convert --from {} --to {} {}", test::exe(), dir / "pipe", dir / "out.h5", extra));
+    EXPECT_FALSE(fs::exists(dir / "out.h5"));
+    for (const auto& e : fs::directory_iterator(dir.path())) EXPECT_EQ(e.path().filename(), "pipe") << e.path();
+    return r;
+  };
+  struct Case {
+    std::string file, tensor, dtype;
+    float value;
+  };
+  const std::vector<Case> cases = {
+      {"vae/diffusion_pytorch_model.safetensors", "decoder.conv_in.bias", "F16", std::nanf("")},
+      {"text_encoder/model-00002-of-00002.safetensors", "model.norm.weight", "BF16", -INFINITY},
+      {"transformer/diffusion_pytorch_model.safetensors", "proj_out.bias", "F32", INFINITY}};
+  for (const Case& c : cases) {
+    write_pipeline(dir / "pipe");
+    const std::string path = dir / ("pipe/" + c.file);
+    poke(path, c.tensor, 3, c.value);
+    const auto r = convert();
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(fmt::format("{}: tensor '{}' of the {} holds a NaN or infinite value at element 3 of {}",
+                                        path, c.tensor, c.file.substr(0, c.file.find('/')), numel_of(path, c.tensor))),
+              std::string::npos)
+        << c.dtype << ": " << r.output;
+  }
+  write_pipeline(dir / "pipe");
+  poke(dir / "pipe/transformer/diffusion_pytorch_model.safetensors", "proj_out.bias", 2, 1e6f);
+  auto r = convert("--dtype f16");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("tensor 'proj_out.bias' of the transformer: element 2 (1000000) is past the range of "
+                          "--dtype f16"),
+            std::string::npos)
+      << r.output;
+
+  write_pipeline(dir / "pipe");
+  test::write_text(dir / "pipe/model_index.json", "[\"QwenImagePipeline\"]");
+  r = convert();
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "pipe") + "/model_index.json: is array [\"QwenImagePipeline\"], not the JSON object "
+                          "of a diffusers pipeline folder"),
+            std::string::npos)
+      << r.output;
+
+  write_pipeline(dir / "pipe");
+  const std::string index = dir / "pipe/text_encoder/model.safetensors.index.json";
+  nlohmann::json j = nlohmann::json::parse(test::read_text(index));
+  j["weight_map"]["model.norm.weight"] = "model.safetensors.index.json";
+  test::write_text(index, j.dump());
+  r = convert();
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(index + ": weight_map entry 'model.norm.weight' names "
+                                  "\"model.safetensors.index.json\", which is not a .safetensors file"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(MakeTiny, DeterministicPerSeed) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -105,4 +106,29 @@ TEST(DType, SixteenBitValuesAtAnOddAddress) {
   convert_from_f32(values, written + 1, DType::BF16, 2);
   const std::vector<unsigned char> expected = {0xaa, 0x80, 0x3f, 0x20, 0xc0};  // the byte before is untouched
   EXPECT_EQ(std::vector<unsigned char>(written, written + 5), expected);
+}
+
+// The largest finite value of each type is finite; NaN (quiet or signalling, either sign) and
+// both infinities are found where they are, at any alignment.
+TEST(DType, FirstNonFiniteFindsNanAndInfOfEachType) {
+  const uint16_t f16_max = 0x7BFF, f16_inf = 0x7C00, f16_nan = 0xFE01;
+  const uint16_t bf16_max = 0x7F7F, bf16_inf = 0xFF80, bf16_nan = 0x7F81;
+  std::vector<uint16_t> f16 = {0, f16_max, 0xFBFF, 0x0001, f16_inf, f16_nan};
+  std::vector<uint16_t> bf16 = {0, bf16_max, 0xFF7F, 0x0001, bf16_nan, bf16_inf};
+  EXPECT_EQ(first_non_finite(f16.data(), DType::F16, 4), -1);
+  EXPECT_EQ(first_non_finite(f16.data(), DType::F16, 6), 4);
+  EXPECT_EQ(first_non_finite(f16.data() + 5, DType::F16, 1), 0);
+  EXPECT_EQ(first_non_finite(bf16.data(), DType::BF16, 4), -1);
+  EXPECT_EQ(first_non_finite(bf16.data(), DType::BF16, 6), 4);
+  std::vector<float> f32 = {0.f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::signaling_NaN()};
+  EXPECT_EQ(first_non_finite(f32.data(), DType::F32, 4), -1);
+  EXPECT_EQ(first_non_finite(f32.data(), DType::F32, 6), 4);
+  EXPECT_EQ(first_non_finite(f32.data() + 5, DType::F32, 1), 0);
+  std::vector<unsigned char> odd(1 + 2 * sizeof(float));
+  std::memcpy(odd.data() + 1 + sizeof(float), &f32[5], sizeof(float));
+  EXPECT_EQ(first_non_finite(odd.data() + 1, DType::F32, 2), 1);
+  const std::vector<int32_t> ints = {0x7F800000, -1};
+  EXPECT_EQ(first_non_finite(ints.data(), DType::I32, 2), -1);  // not a float type
 }

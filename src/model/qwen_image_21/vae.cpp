@@ -1,7 +1,7 @@
 #include "model/qwen_image_21/vae.h"
-#include "io/json_text.h"
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace ditbatch {
 
