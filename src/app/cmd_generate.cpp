@@ -1,5 +1,4 @@
 #include <omp.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,10 +11,10 @@
 #include <set>
 #include <optional>
 #include <string_view>
-#include <thread>
 
 #include "app/backends.h"
 #include "app/commands.h"
+#include "app/cpu_threads.h"
 #include "app/options.h"
 #include "app/selftest.h"
 #include "cluster/run_plan.h"
@@ -46,34 +45,6 @@ struct GenerateOptions : RunRequest {
   bool no_selftest = false;
 };
 
-// CPU threads per rank: OMP_NUM_THREADS if set, --threads if given, else the node's cores
-// shared among its ranks.
-int threads_per_rank(const GenerateOptions& o, const World& world) {
-  if (o.threads > 0) return o.threads;
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && *env) return omp_get_max_threads();
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / world.local_size());
-}
-
-// More OpenMP threads than cores makes every barrier wait for a time slice (30x slower with
-// --threads 10000 on 2 cores): say so. A rank bound to its own cores (Slurm's binding) may use
-// those; unbound ranks share the node's.
-void warn_about_threads(int threads, const World& world, const Log& log) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  const int node = static_cast<int>(std::thread::hardware_concurrency());
-  if (bound <= 0 || node <= 0) return;
-  const int cores = bound < node ? bound : std::max(1, node / world.local_size());
-  if (threads > cores)
-    log.warn("{} CPU threads per rank (--threads or OMP_NUM_THREADS), but this rank has {} core(s){}: each thread "
-             "then waits for a time slice at every step, which is many times slower; use at most {}",
-             threads, cores,
-             bound < node ? " (its CPU binding)"
-                          : (world.local_size() > 1 ? fmt::format(" ({} cores shared by {} ranks)", node, world.local_size())
-                                                    : std::string()),
-             cores);
-}
 
 // The GPU of this rank: --device, else local rank modulo the visible GPUs (with one GPU per
 // task, as --gpus-per-task=1 gives, that is device 0). Ranks of a node that end up on one GPU
@@ -293,7 +264,7 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")
       ("device", po::value(&o.device)->default_value(-1), "GPU index (default: local rank modulo the visible GPUs)")
       ("ranks-per-gpu", po::value(&o.ranks_per_gpu)->default_value(1), "allow this many ranks to share one GPU")
-      ("threads", po::value(&o.threads)->default_value(0), "CPU threads per rank (default: cores / ranks on the node)")
+      ("threads", po::value(&o.threads)->default_value(0), "CPU threads per rank (default: OMP_NUM_THREADS, else cores / ranks on the node)")
       ("no-selftest", po::bool_switch(&o.no_selftest),
        "skip the check of the GPU's ops against the CPU made before the weights load")
       ("log-dir", po::value(&o.log_dir), "one log file per rank: DIR/rank-NNNNN.log")
@@ -357,7 +328,7 @@ int cmd_generate(const std::vector<std::string>& args) {
     ~Unacknowledge() { stop_acknowledging_signals(); }
   } before_the_log_closes;
   Stopwatch wall;
-  const int threads = threads_per_rank(o, world);
+  const int threads = threads_per_rank(o.threads, world);
   omp_set_num_threads(threads);
   warn_about_threads(threads, world, log);
 

@@ -12,6 +12,7 @@
 
 #include "app/backends.h"
 #include "app/commands.h"
+#include "app/cpu_threads.h"
 #include "app/cuda_checks.h"
 #include "app/options.h"
 #include "app/selftest.h"
@@ -21,6 +22,7 @@
 #include "core/timer.h"
 #include "cpu/cpu_backend.h"
 #include "cluster/world.h"
+#include "convert/tiny_pipeline.h"
 #include "selftest/checks.h"
 #include "selftest/op_check.h"
 #include "selftest/pipeline_check.h"
@@ -110,7 +112,7 @@ int cmd_selftest(const std::vector<std::string>& args) {
       ("quick", po::bool_switch(&o.quick), "one case per op, the small pipeline, the GEMM and copy figures")
       ("json", po::value(&o.json_path), "also write the whole report (every rank's) as JSON to FILE")
       ("device", po::value(&o.device)->default_value(-1), "GPU index (default: local rank modulo the visible GPUs)")
-      ("threads", po::value(&o.threads)->default_value(0), "CPU threads (default: cores / ranks on the node)")
+      ("threads", po::value(&o.threads)->default_value(0), "CPU threads (default: OMP_NUM_THREADS, else cores / ranks on the node)")
       ("tokenizer", po::value(&o.tokenizer_dir), "the tokenizer make-tiny copies (default: the source tree's)")
       ("goldens", po::value(&o.goldens)->default_value("auto"),
        "diffusers' tiny pipeline and outputs: DIR, auto (the source tree's tests/data/golden) or none")
@@ -142,10 +144,14 @@ int cmd_selftest(const std::vector<std::string>& args) {
     fail_input("--goldens {}: expected a folder holding pipeline.h5 and tiny-pipeline/ (tests/data/golden of a "
                "checkout), or none", o.goldens);
 
+  // A tokenizer given by name must be one (without it the pipeline checks are skipped, which
+  // is no verdict on the node).
+  if (!o.tokenizer_dir.empty()) checked_tokenizer_folder(o.tokenizer_dir);
+
   World world(nullptr, nullptr);
   Stopwatch watch;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world.local_size()));
+  omp_set_num_threads(threads_per_rank(o.threads, world));  // OMP_NUM_THREADS as generate reads it
 
   const int gpus = o.backend_kind == "cpu" ? 0 : visible_gpu_count();
   if (o.backend_kind == "cuda" && gpus == 0) {

@@ -77,16 +77,23 @@ FamilyContents family_contents(const PipelineConfigs& c, const std::string& sour
   fail_input("{}: no random pipeline of class '{}'", source, c.pipeline_class);
 }
 
+const std::vector<std::string> kTokenizerFiles = {"added_tokens.json", "merges.txt", "tokenizer_config.json",
+                                                  "vocab.json"};
+
 }  // namespace
 
-void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
-  const std::string tokenizer_dir = opt.tokenizer_dir.empty() ? data_path("tokenizer", "weights/tokenizer")
-                                                              : opt.tokenizer_dir;
-  const std::vector<std::string> tokenizer_files = {"added_tokens.json", "merges.txt", "tokenizer_config.json",
-                                                    "vocab.json"};
-  for (const auto& f : tokenizer_files)
+std::string checked_tokenizer_folder(const std::string& dir) {
+  const std::string tokenizer_dir = dir.empty() ? data_path("tokenizer", "weights/tokenizer") : dir;
+  for (const auto& f : kTokenizerFiles)
     if (!file_exists(tokenizer_dir + "/" + f))
       fail_input("{}/{}: missing (a random pipeline copies the real Qwen2.5-VL tokenizer from there)", tokenizer_dir, f);
+  Tokenizer::from_folder(tokenizer_dir);
+  return tokenizer_dir;
+}
+
+void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
+  const std::string tokenizer_dir = checked_tokenizer_folder(opt.tokenizer_dir);
+  const std::vector<std::string>& tokenizer_files = kTokenizerFiles;
 
   // The configs go through the models' own parsers: the specs below follow from the JSON alone.
   const PipelineConfigs& c = opt.configs;

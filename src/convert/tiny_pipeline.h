@@ -35,6 +35,10 @@ struct TinyPipelineOptions {
   std::string tokenizer_dir;  // default: the tokenizer shipped in weights/tokenizer
 };
 
+// The tokenizer folder a random pipeline copies ("" names the shipped one): its path, once
+// each file it copies is there and the tokenizer loads from them (InputError naming the file).
+std::string checked_tokenizer_folder(const std::string& tokenizer_dir);
+
 // The families make-tiny writes, as --model names them.
 std::vector<std::string> tiny_pipeline_models();
 void make_tiny_pipeline(const TinyPipelineOptions& options, const Log& log);

@@ -3,6 +3,7 @@
 // holds every check; the command refuses a GPU that is not there in one line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
 #include "app/backends.h"
@@ -15,6 +16,7 @@
 
 using namespace ditbatch;
 using test::TempDir;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -155,6 +157,30 @@ TEST(Selftest, CommandPassesOnTheCpuWithItsJson) {
   EXPECT_EQ(metrics, (std::set<std::string>{"gemm", "copy", "gemm_model", "attention"}));
   EXPECT_GT(rank["gemm"].get<double>(), 0);
   EXPECT_EQ(rank["report"]["environment"]["backend"], "cpu");
+}
+
+// A --tokenizer that is none skipped the pipeline checks and still said PASS; OMP_NUM_THREADS was
+// ignored (generate honours it): the tokenizer is now checked first (exit 2, naming the file),
+// and the threads are generate's.
+TEST(Selftest, ATokenizerGivenByNameMustBeOneAndOmpNumThreadsCounts) {
+  TempDir dir;
+  fs::copy(test::golden("tiny-pipeline/tokenizer"), dir / "tok", fs::copy_options::recursive);
+  fs::remove(dir / "tok/added_tokens.json");
+  auto r = test::run(fmt::format("{} selftest --quick --backend cpu --no-measure --tokenizer {}", test::exe(), dir / "tok"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "tok") + "/added_tokens.json: missing"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("PASS"), std::string::npos) << r.output;
+  test::write_text(dir / "tok/added_tokens.json", "{\"<|endoftext|>\": 3}");  // an id the vocabulary gives another
+  r = test::run(fmt::format("{} selftest --quick --backend cpu --no-measure --tokenizer {}", test::exe(), dir / "tok"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find((dir / "tok") + "/added_tokens.json"), std::string::npos) << r.output;
+
+  r = test::run(fmt::format("OMP_NUM_THREADS=1 {} selftest --quick --backend cpu --no-measure --json {}", test::exe(),
+                            dir / "one.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(test::read_text(dir / "one.json"));
+  const std::string cpu = j["ranks"][0]["report"]["environment"]["cpu"].get<std::string>();
+  EXPECT_NE(cpu.find(", 1 threads used"), std::string::npos) << cpu;
 }
 
 TEST(Selftest, CudaWithoutAGpuSaysSoInOneLine) {
