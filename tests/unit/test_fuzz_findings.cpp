@@ -187,21 +187,22 @@ TEST(FuzzFindings, ModelConfigSizesAreBoundedBeforeTheTensorListIsMade) {
 TEST(FuzzFindings, ATokenIdPastTheBoundIsRefusedNotAllocated) {
   const std::string tok = kTiny + "/tokenizer";
   nlohmann::json vocab = nlohmann::json::parse(test::read_text(tok + "/vocab.json"));
-  vocab["zzzz"] = 2147483647;
+  vocab["<|gap|>"] = 2147483647;
   const TokenizerFiles files = {{"vocab.json", vocab.dump()}, {"merges.txt", test::read_text(tok + "/merges.txt")}};
   const std::string message = refusal([&] { Tokenizer::from_files(files, "fuzz/tokenizer"); });
-  EXPECT_NE(message.find("fuzz/tokenizer/vocab.json: token \"zzzz\" has id 2147483647, expected an integer in "
+  EXPECT_NE(message.find("fuzz/tokenizer/vocab.json: token \"<|gap|>\" has id 2147483647, expected an integer in "
                          "0..16777215"),
             std::string::npos)
       << message;
-  // An id past the vocabulary's own but inside the bound still loads, and changes no other id.
-  vocab["zzzz"] = 300000;
+  // An id past the vocabulary's own but inside the bound still loads, and changes no other id
+  // (a special symbol: any other symbol no merge makes is refused as a cut merges list).
+  vocab["<|gap|>"] = 300000;
   const std::string& merges = files.at("merges.txt");
   Tokenizer with_gap = Tokenizer::from_files({{"vocab.json", vocab.dump()}, {"merges.txt", merges}}, "with a gap");
   Tokenizer tiny =
       Tokenizer::from_files({{"vocab.json", test::read_text(tok + "/vocab.json")}, {"merges.txt", merges}}, "tiny");
   EXPECT_EQ(with_gap.vocab_size(), 300001);
-  EXPECT_EQ(with_gap.token_id("zzzz"), 300000);
+  EXPECT_EQ(with_gap.token_id("<|gap|>"), 300000);
   EXPECT_EQ(with_gap.encode("A red fox jumps."), tiny.encode("A red fox jumps."));
 }
 
