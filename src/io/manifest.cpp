@@ -147,8 +147,6 @@ std::optional<nlohmann::json> parse_manifest_line(std::string_view text, const s
 
 namespace {
 
-bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r") == std::string_view::npos; }
-
 // A file's name as the folder's reader knows it: "manifest.jsonl", ".manifest/<part>".
 std::string name_in_folder(const fs::path& path) {
   return path.parent_path().filename() == kPartsDir ? (fs::path(kPartsDir) / path.filename()).string()
@@ -160,6 +158,10 @@ std::string name_in_folder(const fs::path& path) {
 void ManifestDamage::add(std::string_view file, int64_t line_number) {
   ++lines;
   if (first.size() < 3) first.push_back(fmt::format("{} line {}", file, line_number));
+}
+
+void ManifestDamage::note(std::string_view text, std::string_view file, int64_t line_number) {
+  if (text.find_first_not_of(" \t\r") != std::string_view::npos) add(file, line_number);
 }
 
 std::string ManifestDamage::describe(const std::string& out_dir) const {
@@ -185,7 +187,7 @@ void for_each_manifest_line(const std::string& out_dir,
                             const std::set<std::string>& fields, ManifestDamage* damage) {
   for_each_manifest_text(out_dir, [&](std::string_view text, const ManifestLineAt& where) {
     if (const auto j = parse_manifest_line(text, fields)) visit((*j)["index"].get<int64_t>(), *j);
-    else if (damage && !is_blank(text)) damage->add(where.file, where.line_number);
+    else if (damage) damage->note(text, where.file, where.line_number);
   });
 }
 
@@ -221,7 +223,7 @@ std::vector<LineSpot> last_line_spots(const std::vector<fs::path>& files, Manife
       else if (verdict == ManifestFieldParser::Unsure)
         if (const auto j = parse_manifest_line(text, index_only)) index = (*j)["index"].get<int64_t>();
       if (index) spots.push_back({*index, offset, static_cast<uint32_t>(text.size()), f});
-      else if (damage && !is_blank(text)) damage->add(name, number);
+      else if (damage) damage->note(text, name, number);
     });
   }
   // By index, the last line read winning.

@@ -43,6 +43,8 @@ struct ManifestDamage {
   int64_t lines = 0;
   std::vector<std::string> first;  // "manifest.jsonl line 7", ".manifest/<run>-rank00001.jsonl line 3"
   void add(std::string_view file, int64_t line_number);
+  // add() unless `text` is blank (a reader's verdict on the line is the caller's).
+  void note(std::string_view text, std::string_view file, int64_t line_number);
   // "OUT: 2 line(s) in its manifest files are not manifest lines (...): manifest.jsonl line 7,
   // ...; skipped": one line for a warning; "" when there is none.
   std::string describe(const std::string& out_dir) const;

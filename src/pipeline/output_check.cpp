@@ -115,6 +115,14 @@ std::string sha256_of(const Listed& l) {
   return bytes ? sha256_hex(*bytes) : "";
 }
 
+// Whether bytes hashed to `sha256` are the listed ones; `hashed` set when that took a hash
+// the stat alone would have spared (the stat had changed).
+bool hash_is_listed(const std::string& sha256, std::string_view listed, OutputTrust trust, bool* hashed) {
+  const bool whole = !sha256.empty() && sha256 == listed;
+  if (whole && hashed && trust == OutputTrust::Stat) *hashed = true;
+  return whole;
+}
+
 }  // namespace
 
 bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed, OutputTrust trust, bool* hashed) {
@@ -123,10 +131,7 @@ bool listed_file_is_whole(const std::string& out_dir, const FileListing& listed,
   const std::optional<FileStat> now = stat_regular_file(*path);
   if (!now) return false;
   if (trust == OutputTrust::Stat && now == listed.stat) return true;
-  const std::string sha256 = sha256_in_folder(*path);
-  const bool whole = !sha256.empty() && sha256 == listed.sha256;
-  if (whole && hashed && trust == OutputTrust::Stat) *hashed = true;
-  return whole;
+  return hash_is_listed(sha256_in_folder(*path), listed.sha256, trust, hashed);
 }
 
 bool listed_members_are_whole_by_stat(const std::string& out_dir, std::string_view tar,
@@ -149,10 +154,7 @@ bool listed_file_is_whole(const std::string& out_dir, const nlohmann::json& reco
   const std::optional<FileStat> now = stat_regular_file(l->path);
   if (!now) return false;
   if (trust == OutputTrust::Stat && now == recorded_file_stat(record, l->stat_key)) return true;
-  const std::string sha256 = sha256_of(*l);
-  const bool whole = !sha256.empty() && sha256 == string_field(record, l->sha256_key);
-  if (whole && hashed && trust == OutputTrust::Stat) *hashed = true;
-  return whole;
+  return hash_is_listed(sha256_of(*l), string_field(record, l->sha256_key), trust, hashed);
 }
 
 nlohmann::json with_current_stats(const std::string& out_dir, nlohmann::json record) {

@@ -221,10 +221,7 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
     const ManifestFieldParser::Verdict verdict = parser.parse(text, fields);
     const bool not_a_line = verdict == ManifestFieldParser::NotALine ||
                             (verdict == ManifestFieldParser::Unsure && !(record = parse_manifest_line(text, kResumeFields)));
-    if (not_a_line) {
-      if (text.find_first_not_of(" \t\r") != std::string_view::npos) previous.damage.add(where.file, where.line_number);
-      return;
-    }
+    if (not_a_line) return previous.damage.note(text, where.file, where.line_number);
     const int64_t index = record ? (*record)["index"].get<int64_t>() : fields.index;
     if (index >= std::ssize(jobs) || index < 0) previous.outside_the_list.insert(index);
     if (index < begin || index >= end || index >= std::ssize(jobs)) return;

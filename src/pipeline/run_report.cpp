@@ -287,7 +287,7 @@ json collect_run_report(const std::string& out_dir) {
                  {"write", stage_stats(write)},
                  {"total", stage_stats(total)}}},
                {"runs", runs_json},
-               {"not_manifest_lines", {{"lines", damage.lines}, {"first", damage.first}, {"said", damage.describe(out_dir)}}},
+               {"not_manifest_lines", {{"lines", damage.lines}, {"said", damage.describe(out_dir)}}},
                {"columns", kImageColumns}};
   report["images"] = std::move(rows);  // (moved: an initializer list would copy a million rows)
   return report;

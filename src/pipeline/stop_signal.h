@@ -1,5 +1,6 @@
 // Cooperative stopping on SIGUSR1 / SIGTERM / SIGINT (Slurm's early warning, preemption,
-// Ctrl-C): the handler only records the signal; the generate loop stops taking new images
+// Ctrl-C): the handler records the signal and says it (one line, async-signal-safe, once
+// acknowledge_stop_signals is called); the generate loop stops taking new images
 // and either finishes or abandons the current one (--on-signal; a second signal a second or
 // more after the first abandons it in any case: Slurm's SIGTERM at the time limit after its
 // early SIGUSR1, a second Ctrl-C).
