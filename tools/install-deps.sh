@@ -15,7 +15,8 @@ build_packages=(
   libopenmpi-dev openmpi-bin          # MPI data parallelism
   libhdf5-dev hdf5-tools              # the weight store (h5dump, h5ls to look inside)
   libboost-program-options-dev        # the command line
-  libpng-dev                          # PNG output
+  libpng-dev                          # PNG output and input images
+  libjpeg62-turbo-dev libwebp-dev     # JPEG and WebP input images (the Edit models)
   nlohmann-json3-dev                  # configs, safetensors headers, jsonl
   libsimdjson-dev                     # manifest lines read at resume (a million of them)
   libspdlog-dev libfmt-dev            # logging

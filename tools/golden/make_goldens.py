@@ -70,6 +70,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
 from transformers.processing_utils import ProcessorMixin  # noqa: E402
+import golden_input_images  # noqa: E402  (the input_images stage, beside this file)
 
 diffusers.utils.logging.set_verbosity_error()
 diffusers.utils.logging.disable_progress_bar()
@@ -140,7 +141,8 @@ SEED_VAE_PARAMS = 1002
 SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
-          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21"]
+          "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
+          "input_images"]
 
 
 def log(msg):
@@ -1933,6 +1935,7 @@ def run_stages(out, stages):
         "pipeline": stage_pipeline, "lora": stage_lora, "text_encoder_21": stage_text_encoder_21,
         "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
         "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21, "tiny_21": stage_tiny_21,
+        "input_images": lambda out: golden_input_images.stage_input_images(out, h5_create, put, put_text, log),
     }
     for s in STAGES:
         if s in stages:
