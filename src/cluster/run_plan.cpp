@@ -1,5 +1,7 @@
 #include "cluster/run_plan.h"
 
+#include <omp.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "pipeline/denoiser_setup.h"
 #include "pipeline/host_plan.h"
 #include "pipeline/image_model.h"
+#include "pipeline/input_images.h"
 #include "pipeline/resume.h"
 #include "pipeline/run_report.h"
 #include "pipeline/tar_shards.h"
@@ -162,6 +165,8 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
   const std::unique_ptr<ImageModel> model = ImageModel::open(weights);  // its configs checked
   apply_family_settings(o, *model);
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
+  check_input_image_counts(jobs, *model);
+  inspect_input_images(jobs, omp_get_max_threads());
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
   const LoraSet loras = model->open_loras(requests);

@@ -99,15 +99,34 @@ nlohmann::json parse_object(const std::string& line, const std::string& where) {
   return obj;
 }
 
-PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) {
+// "image": one path or a list of them; each a non-empty string.
+std::vector<std::string> image_paths(const nlohmann::json& obj, const std::string& where) {
+  if (!obj.contains("image") || obj["image"].is_null()) return {};
+  const nlohmann::json& v = obj["image"];
+  const nlohmann::json list = v.is_array() ? v : nlohmann::json::array({v});
+  if (list.empty()) fail_input("{}: \"image\" is an empty list; give a path, a list of paths, or no \"image\"", where);
+  std::vector<std::string> paths;
+  for (const nlohmann::json& item : list) {
+    if (!item.is_string() || item.get_ref<const std::string&>().empty())
+      fail_input("{}: \"image\" must be a path or a list of paths (non-empty strings), found {}", where,
+                 json_excerpt(item));
+    const std::string& path = item.get_ref<const std::string&>();
+    if (path.find('\0') != std::string::npos) fail_input("{}: \"image\" path holds a NUL character", where);
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+PromptEntry parse_jsonl_line(const std::string& line, const std::string& where, const std::string& folder) {
   const nlohmann::json obj = parse_object(line, where);
   if (!obj.is_object()) fail_input("{}: each line must be a JSON object like {{\"prompt\": \"...\"}}", where);
   static const std::set<std::string> known = {"prompt", "negative_prompt", "seed", "width", "height",
-                                              "steps",  "cfg",             "name"};
+                                              "steps",  "cfg",             "name", "image"};
   for (auto it = obj.begin(); it != obj.end(); ++it)
     if (!known.count(it.key()))
-      fail_input("{}: unknown field \"{}\" (allowed: prompt, negative_prompt, seed, width, height, steps, cfg, name)",
-                 where, it.key());
+      fail_input(
+          "{}: unknown field \"{}\" (allowed: prompt, negative_prompt, seed, width, height, steps, cfg, name, image)",
+          where, it.key());
   PromptEntry e;
   e.origin = where;
   auto prompt = field<std::string>(obj, "prompt", where);
@@ -122,6 +141,11 @@ PromptEntry parse_jsonl_line(const std::string& line, const std::string& where) 
   e.steps = field<int64_t>(obj, "steps", where, fmt::format("{}..{}", kMinSteps, kMaxSteps));
   e.cfg = field<double>(obj, "cfg", where);
   e.name = field<std::string>(obj, "name", where);
+  e.images = image_paths(obj, where);
+  for (const std::string& path : e.images)
+    e.image_files.push_back(path.starts_with('/') || folder.empty() ? path
+                            : folder.ends_with('/')                 ? folder + path
+                                                                    : folder + "/" + path);
   return e;
 }
 
@@ -134,6 +158,9 @@ std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const st
   std::vector<PromptEntry> entries;
   // A UTF-8 byte order mark (Windows editors write one) is not part of the first prompt.
   const bool bom = contents.starts_with("\xEF\xBB\xBF");
+  // Image paths of the lines are taken from the file's folder.
+  const size_t slash = name.rfind('/');
+  const std::string folder = slash == std::string::npos ? "" : slash == 0 ? "/" : name.substr(0, slash);
   const auto lines = split_lines(bom ? contents.substr(3) : contents);
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string where = fmt::format("{}:{}", name, i + 1);
@@ -141,7 +168,7 @@ std::vector<PromptEntry> parse_prompt_text(const std::string& contents, const st
     if (!valid_utf8(line)) fail_input("{}: not valid UTF-8", where);
     if (blank(line)) continue;
     if (jsonl) {
-      entries.push_back(parse_jsonl_line(line, where));
+      entries.push_back(parse_jsonl_line(line, where, folder));
     } else {
       if (line[line.find_first_not_of(" \t")] == '#') continue;  // a comment (also indented); prompts are kept verbatim
       PromptEntry e;

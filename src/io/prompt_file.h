@@ -1,7 +1,9 @@
 // Prompt input: --prompt TEXT (repeatable) or --prompts FILE, where FILE is
 //   .txt    one prompt per line; blank lines and lines starting with '#' are skipped;
 //   .jsonl  one JSON object per line: "prompt" (required) and optional "negative_prompt",
-//           "seed", "width", "height", "steps", "cfg", "name"; any other key is an error.
+//           "seed", "width", "height", "steps", "cfg", "name", "image"; any other key is an
+//           error. "image" is a path or a list of paths (the input images of an edit model),
+//           relative to the prompt file's folder or absolute.
 // The whole file is validated before anything else happens; errors name file:line and field.
 #pragma once
 
@@ -27,6 +29,9 @@ struct PromptEntry {
   std::optional<int64_t> width, height, steps;
   std::optional<double> cfg;
   std::optional<std::string> name;
+  // The input images: each path as the line gives it, and the file it names (a relative path
+  // taken from the prompt file's folder).
+  std::vector<std::string> images, image_files;
   std::string origin;  // "prompts.jsonl:12" or "--prompt #2", for messages
 };
 

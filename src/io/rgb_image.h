@@ -3,6 +3,7 @@
 // resamplers and processors of the image side of a model take and give.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

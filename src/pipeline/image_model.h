@@ -48,6 +48,11 @@ class ImageModel {
   virtual int64_t default_max_sequence_length() const = 0;
   // The largest limit the family's pipeline allows (0: it takes none).
   virtual int64_t max_sequence_length_limit() const = 0;
+  // How many input images a prompt line gives the family's pipeline: none for text-to-image,
+  // one or more for an edit model (checked with the prompts, before any weight is read).
+  virtual int min_input_images() const { return 0; }
+  virtual int max_input_images() const { return 0; }
+
   // The --scheduler presets the family takes besides "model" (the weight file's).
   virtual std::vector<std::string> scheduler_presets() const { return {}; }
 

@@ -159,6 +159,7 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
       j.file_stem = layout.kind == OutputLayout::Kind::Sharded ? fmt::format("{:09d}-{}", i, slugify(e.prompt))
                                                                : fmt::format("{:06d}-{}", i, slugify(e.prompt));
     }
+    for (size_t k = 0; k < e.images.size(); ++k) j.images.push_back({e.images[k], e.image_files[k]});
     j.folder = layout.folder_of(j.index);
     j.tar = layout.tar_of(j.index);
     auto [it, inserted] = stems.emplace(j.file_stem, e.origin);
@@ -177,6 +178,10 @@ std::string jobs_to_json(const std::vector<ImageJob>& jobs) {
                    {"seed", j.seed}, {"width", j.width}, {"height", j.height}, {"steps", j.steps},
                    {"cfg", j.cfg}, {"true_cfg", j.true_cfg}, {"file_stem", j.file_stem}, {"folder", j.folder}, {"tar", j.tar},
                    {"origin", j.origin}});
+  for (size_t i = 0; i < jobs.size(); ++i)
+    for (const InputImage& image : jobs[i].images)
+      out[i]["images"].push_back({{"path", image.path}, {"file", image.file}, {"sha256", image.sha256},
+                                  {"width", image.width}, {"height", image.height}});
   return out.dump();
 }
 
@@ -197,6 +202,9 @@ std::vector<ImageJob> jobs_from_json(const std::string& json) {
     j.folder = o["folder"];
     j.tar = o["tar"];
     j.origin = o["origin"];
+    if (o.contains("images"))
+      for (const auto& image : o["images"])
+        j.images.push_back({image["path"], image["file"], image["sha256"], image["width"], image["height"]});
     jobs.push_back(std::move(j));
   }
   return jobs;

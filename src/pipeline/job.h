@@ -27,6 +27,16 @@ struct GenerationDefaults {
 
 inline const std::string kNoNegativePrompt;
 
+// An input image of an edit: the path as the prompt line gives it, the file it names, and what
+// the check before the run found there (pipeline/input_images.h): its sha256, the settings an
+// image is remade by when the file changes, and its size once upright.
+struct InputImage {
+  std::string path, file;
+  std::string sha256;
+  int64_t width = 0, height = 0;
+  bool operator==(const InputImage&) const = default;
+};
+
 struct ImageJob {
   int64_t index = 0;  // global prompt index (0-based), decides the file name and default seed
   std::string prompt, negative_prompt;
@@ -38,6 +48,7 @@ struct ImageJob {
   std::string folder;     // the subfolder of --out that holds its files ("00001"), "" in the flat layout
   std::string tar;        // WebDataset: the tar its files go into once its folder is whole ("00012.tar")
   std::string origin;     // where the prompt came from, for messages
+  std::vector<InputImage> images;  // an edit's input images, in the line's order
 
   // What the image is made with, and so recorded with: without true CFG no negative prompt
   // reaches the denoiser, and the cfg is 1.

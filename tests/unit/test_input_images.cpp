@@ -12,6 +12,9 @@
 #include "io/exif_orientation.h"
 #include "io/h5.h"
 #include "io/image_read.h"
+#include "core/sha256.h"
+#include "pipeline/input_images.h"
+#include "tiny_model.h"
 #include "test_util.h"
 
 namespace ditbatch {
@@ -163,6 +166,76 @@ TEST(InputImages, OrientationReadsEachSourceAndSurvivesDamage) {
   EXPECT_EQ(image_orientation(block_le.substr(0, 14), ""), 1);      // the directory cut short
   EXPECT_EQ(image_orientation(std::string("II*\0\xff\xff\0\0", 8), ""), 1);  // IFD past the end
   EXPECT_EQ(image_orientation("garbage", "tiff:Orientation=\"x\""), 1);
+}
+
+}  // namespace
+}  // namespace ditbatch
+
+namespace ditbatch {
+namespace {
+
+ImageJob job_with_images(const std::string& origin, const std::vector<std::string>& files) {
+  ImageJob job;
+  job.origin = origin;
+  for (const std::string& f : files) job.images.push_back({f, f});
+  return job;
+}
+
+// Every image is read, hashed and decoded before the run; the first bad one in prompt order
+// is the error, naming the line and the file, whichever thread found it.
+TEST(InputImages, InspectionHashesDecodesAndNamesTheFirstBadImage) {
+  test::TempDir dir;
+  const std::string good = input_image("q90_420.jpg"), turned = input_image("exif6.jpg");
+  std::vector<ImageJob> jobs = {job_with_images("p.jsonl:1", {good}), job_with_images("p.jsonl:2", {good, turned})};
+  inspect_input_images(jobs, 2);
+  EXPECT_EQ(jobs[0].images[0].sha256, sha256_file(good));
+  EXPECT_EQ(jobs[0].images[0].width, 37);
+  EXPECT_EQ(jobs[0].images[0].height, 23);
+  EXPECT_EQ(jobs[1].images[1].width, 23);  // upright: orientation 6 turns it
+  EXPECT_EQ(jobs[1].images[1].height, 37);
+
+  std::filesystem::create_symlink("/dev/zero", dir / "zero.png");
+  const std::string png = read_file(input_image("rgb8.png"));
+  write_file_atomic(dir / "cut.png", png.substr(0, png.size() - 20));
+  auto first_error = [&](std::vector<std::string> second_line) {
+    std::vector<ImageJob> js = {job_with_images("p.jsonl:1", {good}), job_with_images("p.jsonl:2", second_line),
+                                job_with_images("p.jsonl:3", {dir / "missing-too.png"})};
+    return test::input_error_of([&] { inspect_input_images(js, 2); });
+  };
+  std::string e = first_error({good, dir / "missing.png"});
+  EXPECT_NE(e.find("p.jsonl:2: \"image\" " + dir / "missing.png"), std::string::npos) << e;
+  e = first_error({dir / "zero.png"});
+  EXPECT_NE(e.find("p.jsonl:2: \"image\" " + dir / "zero.png"), std::string::npos) << e;
+  EXPECT_NE(e.find("character device"), std::string::npos) << e;
+  e = first_error({dir / "cut.png"});
+  EXPECT_NE(e.find("p.jsonl:2: \"image\" " + dir / "cut.png" + ": not a readable PNG"), std::string::npos) << e;
+  e = first_error({dir.path()});
+  EXPECT_NE(e.find("p.jsonl:2: \"image\" " + dir.path()), std::string::npos) << e;
+
+  // A file replaced after the check is not silently another input.
+  write_file_atomic(dir / "a.jpg", read_file(good));
+  std::vector<ImageJob> js = {job_with_images("p.jsonl:1", {dir / "a.jpg"})};
+  inspect_input_images(js, 1);
+  EXPECT_EQ(read_input_image(js[0].images[0], "p.jsonl:1").width, 37);
+  write_file_atomic(dir / "a.jpg", read_file(turned));
+  e = test::input_error_of([&] { read_input_image(js[0].images[0], "p.jsonl:1"); });
+  EXPECT_NE(e.find("p.jsonl:1: \"image\" " + dir / "a.jpg" + " changed during the run"), std::string::npos) << e;
+}
+
+// The text-to-image families take no input image: a line with one is refused before any
+// weight is read, naming the line and the model.
+TEST(InputImages, ATextToImageModelRefusesAnImageBeforeAnyWork) {
+  test::TempDir dir;
+  write_file_atomic(dir / "prompts.jsonl", "{\"prompt\": \"a fox\"}\n{\"prompt\": \"relight\", \"image\": \"in.png\"}\n");
+  write_file_atomic(dir / "in.png", read_file(input_image("rgb8.png")));
+  const auto r = test::run(fmt::format("{} generate --weights {} --out {} --width 32 --height 32 --steps 2 --prompts {}",
+                                       test::exe(), test::tiny_model(), dir / "out", dir / "prompts.jsonl"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(dir / "prompts.jsonl:2: \"image\" is given, but Qwen-Image (QwenImagePipeline) makes "
+                                "images from text alone"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
 }  // namespace

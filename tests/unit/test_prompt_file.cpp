@@ -167,3 +167,42 @@ TEST(PromptFile, Slugs) {
   EXPECT_EQ(slugify("  --x--  "), "x");
   EXPECT_EQ(slugify(std::string(100, 'a')).size(), 48u);
 }
+
+// "image": a path or a list, each resolved from the prompt file's folder unless absolute; the
+// jobs carry them (and through the JSON every rank receives).
+TEST(PromptFile, ImagePathsAreTakenFromThePromptFilesFolder) {
+  const auto entries = parse_prompt_text(
+      "{\"prompt\": \"relight\", \"image\": \"photos/a.png\"}\n"
+      "{\"prompt\": \"merge\", \"image\": [\"b.jpg\", \"/abs/c.webp\"]}\n"
+      "{\"prompt\": \"none\"}\n",
+      "/data/set/prompts.jsonl");
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].images, (std::vector<std::string>{"photos/a.png"}));
+  EXPECT_EQ(entries[0].image_files, (std::vector<std::string>{"/data/set/photos/a.png"}));
+  EXPECT_EQ(entries[1].image_files, (std::vector<std::string>{"/data/set/b.jpg", "/abs/c.webp"}));
+  EXPECT_TRUE(entries[2].images.empty());
+  EXPECT_EQ(parse_prompt_text("{\"prompt\": \"x\", \"image\": \"a.png\"}\n", "p.jsonl")[0].image_files[0], "a.png");
+  EXPECT_EQ(parse_prompt_text("{\"prompt\": \"x\", \"image\": \"a.png\"}\n", "/p.jsonl")[0].image_files[0], "/a.png");
+
+  GenerationDefaults d;
+  d.width = d.height = 64;
+  auto jobs = resolve_jobs(entries, d, Log::quiet());
+  ASSERT_EQ(jobs[1].images.size(), 2u);
+  jobs[1].images[1].sha256 = "ab12";
+  jobs[1].images[1].width = 7;
+  jobs[1].images[1].height = 9;
+  const auto back = jobs_from_json(jobs_to_json(jobs));
+  EXPECT_EQ(back[1].images, jobs[1].images);
+  EXPECT_EQ(back[0].images[0].path, "photos/a.png");
+  EXPECT_TRUE(back[2].images.empty());
+
+  auto check = [](const std::string& text, const std::string& expected) {
+    std::string msg = test::input_error_of([&] { parse_prompt_text(text, "bad.jsonl"); });
+    EXPECT_NE(msg.find(expected), std::string::npos) << "expected '" << expected << "' in: " << msg;
+  };
+  check("{\"prompt\": \"x\", \"image\": []}\n", "bad.jsonl:1: \"image\" is an empty list");
+  check("{\"prompt\": \"x\", \"image\": 3}\n", "bad.jsonl:1: \"image\" must be a path or a list of paths");
+  check("{\"prompt\": \"x\", \"image\": [\"a.png\", \"\"]}\n", "bad.jsonl:1: \"image\" must be a path");
+  check("{\"prompt\": \"x\", \"image\": \"a\\u0000b.png\"}\n", "bad.jsonl:1: \"image\" path holds a NUL");
+}
+
