@@ -46,6 +46,7 @@ json ImageRecord::to_json() const {
   if (prompt_tokens) j["prompt_tokens"] = *prompt_tokens;
   if (negative_prompt_tokens) j["negative_prompt_tokens"] = *negative_prompt_tokens;
   if (images_per_tar) j["images_per_tar"] = *images_per_tar;
+  if (!input_images.empty()) j["input_images"] = input_images;
   j["run_id"] = run_id;
   j["host"] = host;
   j["rank"] = rank;
@@ -191,6 +192,7 @@ ImageRecord ImageRecord::from_json(const json& object) {
   read.integer("prompt_tokens", r.prompt_tokens);
   read.integer("negative_prompt_tokens", r.negative_prompt_tokens);
   read.integer("images_per_tar", r.images_per_tar);
+  read.array("input_images", r.input_images);
   read.string("run_id", r.run_id);
   read.string("host", r.host);
   read.integer("rank", r.rank);

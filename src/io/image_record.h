@@ -44,6 +44,9 @@ struct ImageRecord {
   // The prompt token limit and how many tokens each prompt had (absent when encoding failed).
   std::optional<int64_t> max_sequence_length, prompt_tokens, negative_prompt_tokens;
   std::optional<int64_t> images_per_tar;  // a WebDataset folder's
+  // An edit's input images, [{"path": as the prompt line gives it, "sha256": of the file}] in
+  // the line's order; none (and no field) for text-to-image.
+  nlohmann::json input_images = nlohmann::json::array();
 
   // The run that made it.
   std::string run_id, host, started, finished;  // UTC, ISO 8601

@@ -12,7 +12,8 @@ enum Field : uint8_t {
   kIndex, kStatus, kFile, kSha256, kFileStat, kLatentsFile, kLatentsSha256, kLatentsFileStat, kPrompt,
   kNegativePrompt, kSeed, kWidth, kHeight, kSteps, kCfg, kModelChecksum, kMaxSequenceLength, kPromptTokens,
   kNegativePromptTokens, kLoras, kScheduler, kImagesPerTar, kMember, kMemberOffset, kMemberSize, kJsonFile,
-  kJsonSha256, kJsonFileStat, kJsonMember, kJsonMemberOffset, kJsonMemberSize, kFieldCount, kOther = kFieldCount
+  kJsonSha256, kJsonFileStat, kJsonMember, kJsonMemberOffset, kJsonMemberSize, kInputImages, kFieldCount,
+  kOther = kFieldCount
 };
 static_assert(kFieldCount <= 32, "a field's bit in `seen`");
 
@@ -21,7 +22,7 @@ constexpr std::array<std::string_view, kFieldCount> kNames = {
     "prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum",
     "max_sequence_length", "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "images_per_tar",
     "member", "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
-    "json_member_offset", "json_member_size"};
+    "json_member_offset", "json_member_size", "input_images"};
 
 Field field_of(std::string_view key) {
   for (uint8_t f = 0; f < kFieldCount; ++f)
@@ -135,6 +136,7 @@ ManifestFieldParser::Verdict ManifestFieldParser::parse(std::string_view line, M
       case kPromptTokens: out.prompt_tokens = integer<int64_t>(v).value_or(0); break;
       case kNegativePromptTokens: out.negative_prompt_tokens = integer<int64_t>(v).value_or(0); break;
       case kLoras: out.loras = simdjson::minify(v); break;
+      case kInputImages: out.input_images = simdjson::minify(v); break;
       case kImagesPerTar: out.images_per_tar = integer<int64_t>(v).value_or(0); break;
       case kMember: out.member = string_or_none(v); break;
       case kMemberOffset: out.member_offset = integer<int64_t>(v).value_or(-1); break;

@@ -32,6 +32,7 @@ struct ManifestFields {
   // As an integer field is read: 0 when absent or not an integer.
   int64_t max_sequence_length = 0, prompt_tokens = 0, negative_prompt_tokens = 0;
   std::string loras = "[]";                     // the value, minified ("[]" when absent)
+  std::string input_images;                     // the value, minified ("" when absent)
   std::optional<std::string_view> scheduler;    // nullopt: absent
   // A WebDataset folder's: images_per_tar as an integer field is read; the record beside a
   // staged PNG as the image's file; a packed image's members (nullopt unless a string; an

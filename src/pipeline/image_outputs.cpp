@@ -60,7 +60,23 @@ ImageRecord image_record_of(const ImageJob& job) {
   r.cfg = job.cfg_used();
   r.true_cfg = job.true_cfg;
   r.file = job.file();
+  r.input_images = input_images_json(job);
   return r;
+}
+
+nlohmann::json input_images_json(const ImageJob& job) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const InputImage& image : job.images) list.push_back({{"path", image.path}, {"sha256", image.sha256}});
+  return list;
+}
+
+std::string a1111_input_images(const nlohmann::json& input_images) {
+  if (input_images.empty()) return "";
+  std::vector<std::string> items;
+  for (const auto& image : input_images)
+    items.push_back(fmt::format("{}: {}", image.value("path", ""), image.value("sha256", "").substr(0, 10)));
+  // quoted as A1111 quotes a value holding commas or colons (a JSON string)
+  return ", Input images: " + nlohmann::json(fmt::format("{}", fmt::join(items, ", "))).dump();
 }
 
 PngText png_metadata(const ImageRecord& r) {
@@ -71,7 +87,7 @@ PngText png_metadata(const ImageRecord& r) {
   parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
                             "Model hash: {}, Model: {}{}, Version: {}",
                             r.steps, cfg, r.seed, r.width, r.height, r.model_checksum.substr(0, 10), r.model,
-                            a1111_lora_hashes(r.loras), build_version());
+                            a1111_lora_hashes(r.loras) + a1111_input_images(r.input_images), build_version());
   PngText text = {{"parameters", parameters},
           {"prompt", r.prompt},
           {"negative_prompt", r.negative_prompt},
@@ -84,6 +100,7 @@ PngText png_metadata(const ImageRecord& r) {
           {"model", r.model},
           {"model_checksum", r.model_checksum}};
   if (r.max_sequence_length) text.emplace_back("max_sequence_length", std::to_string(*r.max_sequence_length));
+  if (!r.input_images.empty()) text.emplace_back("input_images", r.input_images.dump());
   text.emplace_back("software", build_version());
   return text;
 }

@@ -29,6 +29,10 @@ std::string png_path(const std::string& out_dir, const ImageJob& job);
 
 // The record of the image `job` asks for, as far as the job says: its settings and its file.
 ImageRecord image_record_of(const ImageJob& job);
+// An edit's input images as its record lists them (path as given, sha256); [] for none.
+nlohmann::json input_images_json(const ImageJob& job);
+// The A1111 "parameters" part naming them: ', Input images: "a.png: 0123456789, ..."' ("" for none).
+std::string a1111_input_images(const nlohmann::json& input_images);
 
 // The PNG text chunks of an image, from its record (A1111 "parameters" first, then one chunk per
 // setting): the settings, LoRAs, scheduler, model and prompt token limit (where the family has

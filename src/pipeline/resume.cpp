@@ -21,6 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+const nlohmann::json kNoInputImages = nlohmann::json::array();  // what a text-to-image line lists
+
 // A manifest field as resume reads it. A line ditbatch did not write (edited by hand, another
 // tool's) may hold any JSON there: a field of another type counts as not recorded, so the
 // image is made again, as for a torn line, instead of nlohmann's type_error ending the run.
@@ -115,6 +117,11 @@ PreviousImages::State state_of(const std::string& out_dir, const ImageJob& job, 
   // Another tar size puts the same names in other tars: each tar's images are another set.
   if (key.images_per_tar > 0 && recorded_int(record, "images_per_tar") != key.images_per_tar)
     changes.push_back(fmt::format("images_per_tar {}, now {}", recorded_int(record, "images_per_tar"), key.images_per_tar));
+  // An input image that changed since (another file at its path, or the line names another) is
+  // the same edit asked of a new input: made again, over the old one.
+  const auto recorded_inputs = record.find("input_images");
+  const nlohmann::json& then = recorded_inputs != record.end() ? *recorded_inputs : kNoInputImages;
+  if (changes.empty() && then != input_images_json(job)) return PreviousImages::Incomplete;
   if (!changes.empty()) {
     if (!listed_file_is_whole(out_dir, record, ListedFile::Image, OutputTrust::Stat)) return PreviousImages::Incomplete;
     if (other) *other = fmt::format("{} ({})", file, fmt::join(changes, "; "));
@@ -166,6 +173,7 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
   const bool packed = f.member.has_value();
   same = same && (packed ? f.file == job.tar && *f.member == job.file_stem + ".png" : f.file == job.file());
   same = same && (key.images_per_tar == 0 || f.images_per_tar == key.images_per_tar);
+  same = same && f.input_images == (job.images.empty() ? std::string() : input_images_json(job).dump());
   if (!same) return std::nullopt;
   const FileListing png{f.file, f.sha256, f.file_stat}, latents{f.latents_file, f.latents_sha256, f.latents_file_stat},
       record{f.json_file, f.json_sha256, f.json_file_stat};
@@ -210,7 +218,7 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
       "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
       "json_member_offset", "json_member_size", "images_per_tar", "prompt",
       "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
-      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler"};
+      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "input_images"};
   // Each line read by the quick parser; only where it cannot say, by the full one (the same
   // verdict, and the words of what changed).
   ManifestFieldParser parser;

@@ -13,6 +13,7 @@
 #include "pipeline/runner.h"
 
 using namespace ditbatch;
+using nlohmann::json;
 
 namespace {
 
@@ -215,4 +216,23 @@ TEST(ImageRecord, ThePngTextIsTheRecordsSettings) {
                                               "Model hash: ab12cd, Model: qwen-image, Lora hashes: \"style: 1a2b\", "
                                               "Version: ditbatch "))
       << chunk("parameters");
+  EXPECT_EQ(chunk("input_images"), "(absent)");  // text-to-image: no chunk, no A1111 part
+
+  // An edit names its inputs: a chunk of the record's list, and an A1111 part quoted as one
+  // value (a path may hold a comma); the record round-trips it, a sample's .json carries it.
+  r.input_images = json::array({{{"path", "in/a, b.png"}, {"sha256", "0123456789abcdef"}},
+                                {{"path", "c.webp"}, {"sha256", "fedcba9876543210"}}});
+  const PngText edit = png_metadata(r);
+  std::string parameters, listed;
+  for (const auto& [k, v] : edit) {
+    if (k == "parameters") parameters = v;
+    if (k == "input_images") listed = v;
+  }
+  EXPECT_EQ(json::parse(listed), r.input_images);
+  EXPECT_NE(parameters.find(", Lora hashes: \"style: 1a2b\", Input images: \"in/a, b.png: 0123456789, c.webp: "
+                            "fedcba9876\", Version: "),
+            std::string::npos)
+      << parameters;
+  EXPECT_EQ(ImageRecord::parse(r.manifest_line())->input_images, r.input_images);
+  EXPECT_EQ(json::parse(r.sample_text())["input_images"], r.input_images);
 }

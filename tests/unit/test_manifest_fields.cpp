@@ -19,6 +19,7 @@
 #include "io/manifest_fields.h"
 #include "io/png_io.h"
 #include "io/tar_archive.h"
+#include "pipeline/image_outputs.h"
 #include "pipeline/resume.h"
 #include "pipeline/runner.h"
 #include "test_util.h"
@@ -404,4 +405,28 @@ TEST(ManifestFieldParser, ReadsTheFieldsAndSaysWhenItCannot) {
   EXPECT_EQ(parser.parse("{\"index\":1", f), ManifestFieldParser::Unsure);
   EXPECT_EQ(parser.parse("{\"index\":1.5}", f), ManifestFieldParser::NotALine);
   EXPECT_EQ(parser.parse("[1]", f), ManifestFieldParser::NotALine);
+}
+
+// An edit's input images are part of what its line records: the same files (path as given and
+// sha256) resume it; a changed file at the path, or another path, remakes it (the same edit of
+// a new input), never refuses the rerun; a text-to-image line lists none.
+TEST_F(ManifestFieldsTest, AnEditIsRemadeWhenItsInputImageChanged) {
+  jobs[0].images = {{"in/a.png", "/data/in/a.png", std::string(64, 'a'), 40, 30},
+                    {"b.jpg", "/data/b.jpg", std::string(64, 'b'), 50, 20}};
+  const std::string listed = input_images_json(jobs[0]).dump();
+  EXPECT_EQ(listed, "[{\"path\":\"in/a.png\",\"sha256\":\"" + std::string(64, 'a') + "\"},{\"path\":\"b.jpg\","
+                    "\"sha256\":\"" + std::string(64, 'b') + "\"}]");
+  EXPECT_EQ(scan(Line(base).set("input_images", listed).text() + "\n"), PreviousImages::Complete);
+  // spaced differently: the quick parser's bytes differ, the full parser's values agree
+  std::string spaced = listed;
+  spaced.insert(1, " ");
+  EXPECT_EQ(scan(Line(base).set("input_images", spaced).text() + "\n"), PreviousImages::Complete);
+  std::string other_file = listed;
+  other_file[other_file.find('b' , other_file.find("b.jpg") + 20)] = 'c';
+  EXPECT_EQ(scan(Line(base).set("input_images", other_file).text() + "\n"), PreviousImages::Incomplete);
+  EXPECT_EQ(refusal(Line(base).set("input_images", other_file).text() + "\n"), "");
+  EXPECT_EQ(scan(base.text() + "\n"), PreviousImages::Incomplete);  // made before without inputs
+  jobs[0].images.clear();
+  EXPECT_EQ(scan(Line(base).set("input_images", listed).text() + "\n"), PreviousImages::Incomplete);
+  EXPECT_EQ(scan(base.text() + "\n"), PreviousImages::Complete);
 }
