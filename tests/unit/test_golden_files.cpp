@@ -34,7 +34,7 @@ TEST(GoldenFiles, TotalSizeWithinBudget) {
   uintmax_t total = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(test::golden("")))
     if (e.is_regular_file()) total += e.file_size();
-  EXPECT_LT(total, 20u * 1000 * 1000);  // two families' goldens
+  EXPECT_LT(total, 32u * 1000 * 1000);  // three families' goldens, the Edit family's image side included
 }
 
 TEST(GoldenFiles, TokenizerScheduleNoise) {
@@ -141,6 +141,29 @@ TEST(GoldenFiles, ModelStages) {
       for (int64_t i = 0; i < steps; ++i) expect_dataset(c, fmt::format("latents_step_{}", i), DType::F32, {1, S, 64});
     }
   }
+}
+
+TEST(GoldenFiles, ImageProcessor) {
+  h5::File f = h5::File::open_read(test::golden("image_processor.h5"));
+  const h5::Group root = f.root();
+  expect_versions(root);
+  EXPECT_EQ(root.attr_string("pillow_version"), "13.0.0");  // Pillow 13's pass order is in the resizes
+  const h5::Group resize = root.open_group("resize");
+  EXPECT_EQ(resize.members().size(), 68u);
+  for (const auto& name : resize.members()) {
+    const h5::Group c = resize.open_group(name);
+    expect_dataset(c, "image", DType::U8, {c.attr_int("height"), c.attr_int("width"), 3});
+    EXPECT_TRUE(root.open_group("sources").has_dataset(c.attr_string("source"))) << name;
+  }
+  expect_dataset(root.open_group("calculate_dimensions"), "width", DType::I64, {});
+  expect_dataset(root.open_group("smart_resize"), "resized", DType::I64, {});
+  for (const char* config : {"class_default", "qwen_image_edit"}) {
+    const h5::Group g = root.open_group("qwen2vl").open_group(config);
+    EXPECT_EQ(g.members().size(), 6u) << config;
+    for (const auto& name : g.members()) expect_dataset(g.open_group(name), "image_grid_thw", DType::I64, {1, 3});
+  }
+  EXPECT_EQ(root.open_group("vae_preprocess").members().size(), 2u);
+  EXPECT_EQ(root.open_group("edit_inputs").members().size(), 3u);
 }
 
 TEST(GoldenFiles, TinyPipelineFolderIsComplete) {

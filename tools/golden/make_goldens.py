@@ -142,7 +142,7 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images"]
+          "input_images", "image_processor"]
 
 
 def log(msg):
@@ -1855,6 +1855,194 @@ def stage_lora(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: image_processor (the Edit pipelines' image side: Pillow resamplers, sizes, processors)
+
+def resample_source(width, height, seed):
+    """Seeded noise over a gradient, with a 0/255 checker in green so ringing reaches the clip."""
+    rng = np.random.default_rng(seed)
+    noise = rng.integers(0, 256, size=(height, width, 3), dtype=np.int64)
+    y, x = np.mgrid[0:height, 0:width]
+    gradient = x * 255 // max(width - 1, 1) // 2 + y * 255 // max(height - 1, 1) // 2
+    checker = ((x // 3 + y // 2) % 2) * 255
+    img = np.stack([(noise[..., 0] + gradient) // 2, (noise[..., 1] // 4 + checker * 3 // 4), noise[..., 2]], axis=-1)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def pattern_image(width, height):
+    """A large source too big to store: integer arithmetic the C++ test repeats exactly."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.int64)
+    c = np.arange(3, dtype=np.int64)
+    x, y = x[..., None], y[..., None]
+    return (((x * 7 + y * 3 + c * 85) ^ ((x * y * 31 + c * 17) >> 3)) & 255).astype(np.uint8)
+
+
+def sha256_hex(array):
+    import hashlib
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+# The published processor config of Qwen-Image-Edit (processor/preprocessor_config.json).
+EDIT_PREPROCESSOR_CONFIG = {
+    "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2_5_VLProcessor",
+}
+
+
+def stage_image_processor(out):
+    import PIL
+    from PIL import Image
+    from diffusers.image_processor import VaeImageProcessor
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit as edit
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as edit_plus
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    sources = {  # name: (width, height, seed)
+        "noise_37x23": (37, 23, 11), "noise_64x48": (64, 48, 12), "wide_301x5": (301, 5, 13),
+        "tall_1x17": (1, 17, 14), "tiny_3x2": (3, 2, 15), "odd_101x67": (101, 67, 16), "dot_1x1": (1, 1, 17),
+    }
+    images = {name: resample_source(w, h, seed) for name, (w, h, seed) in sources.items()}
+    resizes = [  # (source, width, height): copies, one axis only, up, down, mixed, to one pixel
+        ("noise_37x23", 37, 23), ("noise_37x23", 74, 46), ("noise_37x23", 111, 69), ("noise_37x23", 18, 11),
+        ("noise_37x23", 9, 5), ("noise_37x23", 12, 23), ("noise_37x23", 37, 50), ("noise_37x23", 29, 31),
+        ("noise_37x23", 5, 3), ("noise_37x23", 1, 1), ("noise_64x48", 16, 12), ("noise_64x48", 21, 16),
+        ("noise_64x48", 64, 7), ("noise_64x48", 100, 75), ("wide_301x5", 60, 1), ("wide_301x5", 301, 20),
+        ("wide_301x5", 7, 5), ("wide_301x5", 30, 30), ("tall_1x17", 1, 40), ("tall_1x17", 3, 17),
+        ("tall_1x17", 5, 5), ("tall_1x17", 1, 4), ("tiny_3x2", 60, 41), ("tiny_3x2", 7, 5),
+        ("odd_101x67", 67, 101), ("odd_101x67", 33, 22), ("odd_101x67", 120, 80), ("dot_1x1", 4, 3),
+        # Pillow 13 runs the vertical pass first when the height shrinks by more than twice as
+        # many pixels as the width: wider and shorter, both smaller, and either side of the edge.
+        ("odd_101x67", 112, 56), ("noise_64x48", 60, 20), ("noise_64x48", 50, 30), ("odd_101x67", 95, 55),
+        ("odd_101x67", 95, 54), ("wide_301x5", 400, 2),
+    ]
+    filters = {"bicubic": Image.Resampling.BICUBIC, "lanczos": Image.Resampling.LANCZOS}
+    with h5_create(out / "image_processor.h5", "the Edit pipelines' image side: Pillow BICUBIC/LANCZOS resize, "
+                   "calculate_dimensions, smart_resize, Qwen2VLImageProcessorPil, VaeImageProcessor.preprocess") as f:
+        f.attrs["pillow_version"] = PIL.__version__
+        g = f.create_group("sources")
+        for name, img in images.items():
+            put(g, name, img, np.uint8)  # [h, w, 3]
+
+        g = f.create_group("resize")
+        for i, (src, w, h) in enumerate(resizes):
+            for fname, filt in filters.items():
+                c = g.create_group(f"{i:02d}_{fname}")
+                c.attrs["source"], c.attrs["filter"] = src, fname
+                c.attrs["width"], c.attrs["height"] = np.int64(w), np.int64(h)
+                result = np.asarray(Image.fromarray(images[src], "RGB").resize((w, h), filt))
+                put(c, "image", result, np.uint8)  # [h, w, 3]
+
+        # calculate_dimensions of both pipeline modules: ratios of real image sizes, common
+        # aspects, and ratios whose width lands on a tie (x.5 multiples of 32) at power-of-2 areas.
+        areas = [1024 * 1024, 384 * 384, 48 * 48, 80 * 80, 1000, 512 * 512]
+        ratios = [w / h for w, h in [(1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (2, 1), (1, 2), (21, 9), (1, 17),
+                                     (301, 5), (5, 301), (37, 23), (101, 67), (1400, 900), (1, 3), (7, 1)]]
+        ratios += [math.pi, math.e, 0.1234567, 1.0000001]
+        ratios += [(32 * k + 16) ** 2 / (1024 * 1024) for k in range(10, 60, 3)]
+        ratios += [(32 * k + 16) ** 2 / (512 * 512) for k in range(2, 40, 5)]
+        widths = np.zeros((2, len(areas), len(ratios)), np.int64)
+        heights = np.zeros_like(widths)
+        ties = 0
+        for a, area in enumerate(areas):
+            for r, ratio in enumerate(ratios):
+                w1, h1, _ = edit.calculate_dimensions(area, ratio)
+                w2, h2 = edit_plus.calculate_dimensions(area, ratio)
+                widths[:, a, r], heights[:, a, r] = (w1, w2), (h1, h2)
+                width = math.sqrt(area * ratio)
+                ties += (width / 32) % 1 == 0.5 or (width / ratio / 32) % 1 == 0.5
+        if ties < 10:
+            fail(f"calculate_dimensions: only {ties} ties to even among the cases")
+        g = f.create_group("calculate_dimensions")
+        g.attrs["target_areas"] = np.array(areas, np.int64)
+        g.attrs["ratios"] = np.array(ratios, np.float64)
+        g.attrs["ties"] = np.int64(ties)
+        put(g, "width", widths, np.int64)  # [module (edit, edit_plus), area, ratio]
+        put(g, "height", heights, np.int64)
+
+        # smart_resize: sizes around the multiples (ties at 14 mod 28), tiny, huge, extreme aspect.
+        budgets = [(28, 56 * 56, 28 * 28 * 1280), (28, 3136, 12845056), (32, 65536, 16777216), (28, 3136, 3136 * 4)]
+        sizes = [(h, w) for h in (1, 13, 14, 15, 28, 42, 70, 98, 100, 385, 1000, 1024, 1036, 4000)
+                 for w in (1, 14, 27, 42, 56, 200, 384, 1023, 1024, 2001, 5000)]
+        sizes += [(1, 200), (200, 1), (3, 600), (5, 301), (4000, 3000), (8000, 6000), (1400, 900), (48, 80)]
+        sizes = [(h, w) for h, w in sizes if max(h, w) / min(h, w) <= 200]
+        raising = [(1, 201), (201, 1), (3, 601), (1000, 4), (2, 1000)]
+        for h, w in raising:
+            try:
+                smart_resize(h, w)
+                fail(f"smart_resize({h}, {w}) did not raise")
+            except ValueError:
+                pass
+        resized = np.array([[smart_resize(h, w, factor=fa, min_pixels=mn, max_pixels=mx) for h, w in sizes]
+                            for fa, mn, mx in budgets], np.int64)
+        g = f.create_group("smart_resize")
+        g.attrs["budgets"] = np.array(budgets, np.int64).reshape(-1)  # (factor, min_pixels, max_pixels) each
+        put(g, "sizes", np.array(sizes, np.int64), np.int64)  # [n, (height, width)]
+        put(g, "resized", resized, np.int64)  # [budget, n, (height, width)]
+        put(g, "raising", np.array(raising, np.int64), np.int64)  # [n, (height, width)]: aspect > 200
+
+        # Qwen2VLImageProcessorPil with the class defaults and with Qwen-Image-Edit's config.
+        configs = {"class_default": {}, "qwen_image_edit": EDIT_PREPROCESSOR_CONFIG}
+        inputs = {"noise_64x48": images["noise_64x48"],  # round to 56x56
+                  "noise_37x23": images["noise_37x23"],  # under min_pixels: scaled up
+                  "tall_1x17": images["tall_1x17"], "wide_301x5": images["wide_301x5"],
+                  "odd_101x67": images["odd_101x67"],
+                  "pattern_1400x900": pattern_image(1400, 900)}  # past the class default's max_pixels
+        g = f.create_group("qwen2vl")
+        for cname, config in configs.items():
+            processor = Qwen2VLImageProcessorPil.from_dict(dict(config))
+            cg = g.create_group(cname)
+            cg.attrs["preprocessor_config"] = json.dumps(config)
+            cg.attrs["min_pixels"] = np.int64(processor.size["shortest_edge"])
+            cg.attrs["max_pixels"] = np.int64(processor.size["longest_edge"])
+            for iname, img in inputs.items():
+                result = processor(images=Image.fromarray(img, "RGB"), return_tensors="np")
+                pixel_values = np.asarray(result["pixel_values"])
+                if pixel_values.dtype != np.float32:
+                    fail(f"qwen2vl {cname}/{iname}: pixel_values are {pixel_values.dtype}")
+                c = cg.create_group(iname)
+                c.attrs["pixel_values_shape"] = np.array(pixel_values.shape, np.int64)
+                c.attrs["pixel_values_sha256"] = sha256_hex(pixel_values)
+                put(c, "image_grid_thw", np.asarray(result["image_grid_thw"]), np.int64)  # [1, 3]
+                if cname == "class_default" and pixel_values.nbytes <= 120_000:
+                    put(c, "pixel_values", pixel_values, np.float32)  # [Np, 1176]
+                else:  # a sample of rows (the same images as above, or too large); the hash holds all
+                    rows = np.unique([0, len(pixel_values) // 2, len(pixel_values) - 1])
+                    put(c, "sample_rows", rows, np.int64)
+                    put(c, "pixel_values_sample", pixel_values[rows], np.float32)
+
+        # VaeImageProcessor.preprocess (the pipelines' vae_scale_factor * 2 = 16): an image at its
+        # size (the resize a copy), and one the preprocess itself resizes (Lanczos).
+        ip = VaeImageProcessor(vae_scale_factor=16)
+        g = f.create_group("vae_preprocess")
+        for name, src, h, w in [("noise_64x48_same", "noise_64x48", 48, 64), ("odd_101x67_to_48x32", "odd_101x67", 32, 48)]:
+            c = g.create_group(name)
+            c.attrs["source"], c.attrs["width"], c.attrs["height"] = src, np.int64(w), np.int64(h)
+            put(c, "pixels", ip.preprocess(Image.fromarray(images[src], "RGB"), h, w)[0], np.float32)  # [3, h, w]
+
+        # The pipelines' step 3 on whole images, as their __call__ writes it (hashes: 1 MP outputs).
+        g = f.create_group("edit_inputs")
+        for name, img in [("odd_101x67", images["odd_101x67"]), ("tall_1x17", images["tall_1x17"]),
+                          ("pattern_1400x900", pattern_image(1400, 900))]:
+            pil = Image.fromarray(img, "RGB")
+            image_width, image_height = pil.size
+            c = g.create_group(name)
+            # QwenImageEditPipeline
+            cw, ch, _ = edit.calculate_dimensions(1024 * 1024, image_width / image_height)
+            prompt_image = ip.resize(pil, ch, cw)
+            vae = ip.preprocess(prompt_image, ch, cw)
+            c.attrs["edit_size"] = np.array([cw, ch], np.int64)
+            c.attrs["edit_vl_image_sha256"] = sha256_hex(np.asarray(prompt_image))
+            c.attrs["edit_vae_pixels_sha256"] = sha256_hex(vae.numpy())
+            # QwenImageEditPlusPipeline
+            cw, ch = edit_plus.calculate_dimensions(edit_plus.CONDITION_IMAGE_SIZE, image_width / image_height)
+            vw, vh = edit_plus.calculate_dimensions(edit_plus.VAE_IMAGE_SIZE, image_width / image_height)
+            c.attrs["plus_vl_size"] = np.array([cw, ch], np.int64)
+            c.attrs["plus_vae_size"] = np.array([vw, vh], np.int64)
+            c.attrs["plus_vl_image_sha256"] = sha256_hex(np.asarray(ip.resize(pil, ch, cw)))
+            c.attrs["plus_vae_pixels_sha256"] = sha256_hex(ip.preprocess(pil, vh, vw).numpy())
+
+
+# ------------------------------------------------------------------------------------------
 # Verification: regenerate into a temp dir and compare every dataset and attribute.
 
 def compare_h5(a_path, b_path):
@@ -1936,6 +2124,7 @@ def run_stages(out, stages):
         "scheduler_21": stage_scheduler_21, "transformer_21": stage_transformer_21,
         "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21, "tiny_21": stage_tiny_21,
         "input_images": lambda out: golden_input_images.stage_input_images(out, h5_create, put, put_text, log),
+        "image_processor": stage_image_processor,
     }
     for s in STAGES:
         if s in stages:
