@@ -18,11 +18,12 @@ struct DecodedImage {
   std::string xmp;   // an XMP packet, as text
 };
 
-DecodedImage decode_png_image(std::string_view bytes, const std::string& name);
-DecodedImage decode_jpeg_image(std::string_view bytes, const std::string& name);
-DecodedImage decode_webp_image(std::string_view bytes, const std::string& name);
+DecodedImage decode_png_image(std::string_view bytes, const std::string& name, int64_t max_pixels);
+DecodedImage decode_jpeg_image(std::string_view bytes, const std::string& name, int64_t max_pixels);
+DecodedImage decode_webp_image(std::string_view bytes, const std::string& name, int64_t max_pixels);
 
-// Throws InputError naming the image when width x height is none or past kMaxInputImagePixels.
-void check_input_image_size(int64_t width, int64_t height, const std::string& format, const std::string& name);
+// Throws InputError naming the image when width x height is none or past max_pixels.
+void check_input_image_size(int64_t width, int64_t height, const std::string& format, const std::string& name,
+                            int64_t max_pixels);
 
 }  // namespace ditbatch

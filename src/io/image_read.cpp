@@ -13,23 +13,24 @@ std::string input_image_format(std::string_view bytes) {
   return "";
 }
 
-void check_input_image_size(int64_t width, int64_t height, const std::string& format, const std::string& name) {
+void check_input_image_size(int64_t width, int64_t height, const std::string& format, const std::string& name,
+                            int64_t max_pixels) {
   if (width <= 0 || height <= 0) fail_input("{}: a {} of {}x{} pixels holds no image", name, format, width, height);
-  if (width * height > kMaxInputImagePixels)
+  if (width * height > max_pixels)
     fail_input("{}: a {} of {}x{} = {} pixels is past the limit of {} pixels (Pillow refuses it too: a "
                "decompression bomb, or a header that lies)",
-               name, format, width, height, width * height, kMaxInputImagePixels);
+               name, format, width, height, width * height, max_pixels);
 }
 
-RgbImage decode_input_image(std::string_view bytes, const std::string& name) {
+RgbImage decode_input_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
   const std::string format = input_image_format(bytes);
   DecodedImage decoded;
   if (format == "PNG") {
-    decoded = decode_png_image(bytes, name);
+    decoded = decode_png_image(bytes, name, max_pixels);
   } else if (format == "JPEG") {
-    decoded = decode_jpeg_image(bytes, name);
+    decoded = decode_jpeg_image(bytes, name, max_pixels);
   } else if (format == "WebP") {
-    decoded = decode_webp_image(bytes, name);
+    decoded = decode_webp_image(bytes, name, max_pixels);
   } else {
     fail_input("{}: not a PNG, JPEG or WebP image (its first bytes are none of theirs)", name);
   }

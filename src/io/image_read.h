@@ -29,9 +29,10 @@ inline constexpr int64_t kMaxInputImagePixels = 2 * kPillowMaxImagePixels;
 // The largest input image file read (a 16-bit PNG at the pixel limit fits several times over).
 inline constexpr int64_t kMaxInputImageBytes = int64_t{1} << 30;
 
-// The image `bytes` hold; `name` (the file, with the prompt line that names it) starts every
-// error: "photos/a.png (prompts.jsonl:3): truncated PNG data: ...". Throws InputError.
-RgbImage decode_input_image(std::string_view bytes, const std::string& name);
+// The image `bytes` hold; `name` (the file) starts every error: "photos/a.png: not a readable
+// PNG: ...". An image of more than max_pixels is refused by its header. Throws InputError.
+RgbImage decode_input_image(std::string_view bytes, const std::string& name,
+                            int64_t max_pixels = kMaxInputImagePixels);
 
 // The file's format by its first bytes: "PNG", "JPEG", "WebP", or "" for none of them.
 std::string input_image_format(std::string_view bytes);

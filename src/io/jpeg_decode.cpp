@@ -70,7 +70,7 @@ void keep_markers(j_decompress_ptr cinfo, JpegRaster* raster) {
 // libjpeg's calls, apart from anything with a destructor (longjmp skips them). `size_error`
 // is set when the header names a size past the limit.
 bool read_raster(j_decompress_ptr cinfo, JpegErrors* errors, std::string_view bytes, JpegRaster* raster,
-                 const std::string& name, std::string* size_error) {
+                 const std::string& name, int64_t max_pixels, std::string* size_error) {
   if (setjmp(errors->jump)) return false;
   jpeg_mem_src(cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_save_markers(cinfo, JPEG_APP0 + 1, 0xFFFF);
@@ -79,7 +79,7 @@ bool read_raster(j_decompress_ptr cinfo, JpegErrors* errors, std::string_view by
   raster->width = static_cast<int>(cinfo->image_width);
   raster->height = static_cast<int>(cinfo->image_height);
   try {
-    check_input_image_size(raster->width, raster->height, "JPEG", name);
+    check_input_image_size(raster->width, raster->height, "JPEG", name, max_pixels);
   } catch (const InputError& e) {
     *size_error = e.what();
     return false;
@@ -129,7 +129,7 @@ RgbImage to_rgb(const JpegRaster& r) {
 
 }  // namespace
 
-DecodedImage decode_jpeg_image(std::string_view bytes, const std::string& name) {
+DecodedImage decode_jpeg_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
   jpeg_decompress_struct cinfo{};
   JpegErrors errors;
   cinfo.err = jpeg_std_error(&errors.manager);
@@ -138,7 +138,7 @@ DecodedImage decode_jpeg_image(std::string_view bytes, const std::string& name) 
   jpeg_create_decompress(&cinfo);
   JpegRaster raster;
   std::string size_error;
-  const bool ok = read_raster(&cinfo, &errors, bytes, &raster, name, &size_error);
+  const bool ok = read_raster(&cinfo, &errors, bytes, &raster, name, max_pixels, &size_error);
   jpeg_destroy_decompress(&cinfo);
   if (!size_error.empty()) throw InputError(size_error);
   if (!ok) fail_input("{}: not a readable JPEG: {}", name, errors.message);

@@ -62,7 +62,8 @@ void keep_metadata(png_structp png, png_infop info, PngRaster* raster) {
 }
 
 // libpng's calls, kept apart from anything with a destructor (png_longjmp skips them).
-bool read_raster(png_structp png, png_infop info, png_infop end_info, PngRaster* raster, const std::string& name) {
+bool read_raster(png_structp png, png_infop info, png_infop end_info, PngRaster* raster, const std::string& name,
+                 int64_t max_pixels) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_benign_errors(png, 1);  // a palette index past the palette: black, as Pillow shows it
   png_set_sig_bytes(png, 0);
@@ -70,7 +71,7 @@ bool read_raster(png_structp png, png_infop info, png_infop end_info, PngRaster*
   int interlace = 0;
   png_get_IHDR(png, info, &raster->width, &raster->height, &raster->bit_depth, &raster->color_type, &interlace,
                nullptr, nullptr);
-  check_input_image_size(raster->width, raster->height, "PNG", name);
+  check_input_image_size(raster->width, raster->height, "PNG", name, max_pixels);
   if (raster->bit_depth < 8) png_set_packing(png);  // one sample a byte, values as stored
   if (interlace != PNG_INTERLACE_NONE) png_set_interlace_handling(png);
   png_read_update_info(png, info);
@@ -162,20 +163,20 @@ RgbImage to_rgb(const PngRaster& r) {
 
 // The size IHDR (the first chunk, by the PNG specification) states, checked before libpng reads
 // on: a bomb whose data would follow is refused by its header alone, as Pillow refuses it.
-void check_stated_size(std::string_view bytes, const std::string& name) {
+void check_stated_size(std::string_view bytes, const std::string& name, int64_t max_pixels) {
   if (bytes.size() < 24 || bytes.substr(12, 4) != "IHDR") return;  // libpng says what is wrong
   auto u32 = [&](size_t at) {
     uint32_t v = 0;
     for (size_t i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(bytes[at + i]);
     return v;
   };
-  check_input_image_size(u32(16), u32(20), "PNG", name);
+  check_input_image_size(u32(16), u32(20), "PNG", name, max_pixels);
 }
 
 }  // namespace
 
-DecodedImage decode_png_image(std::string_view bytes, const std::string& name) {
-  check_stated_size(bytes, name);
+DecodedImage decode_png_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
+  check_stated_size(bytes, name, max_pixels);
   PngSource source{bytes};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, on_error, on_warning);
   if (!png) fail("{}: libpng could not start", name);
@@ -185,7 +186,7 @@ DecodedImage decode_png_image(std::string_view bytes, const std::string& name) {
   PngRaster raster;
   bool ok = false;
   try {
-    ok = read_raster(png, info, end_info, &raster, name);
+    ok = read_raster(png, info, end_info, &raster, name, max_pixels);
   } catch (...) {
     png_destroy_read_struct(&png, &info, &end_info);
     throw;

@@ -25,7 +25,7 @@ std::string chunk_text(const WebPDemuxer* demux, const char* fourcc) {
 
 }  // namespace
 
-DecodedImage decode_webp_image(std::string_view bytes, const std::string& name) {
+DecodedImage decode_webp_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
   WebPData data{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
   // The canvas size from the header, checked before the decoder allocates the canvas.
   WebPBitstreamFeatures features;
@@ -34,7 +34,7 @@ DecodedImage decode_webp_image(std::string_view bytes, const std::string& name) 
   const std::unique_ptr<WebPDemuxer, decltype(&WebPDemuxDelete)> demux(WebPDemux(&data), WebPDemuxDelete);
   if (!demux) fail_input("{}: not a readable WebP: its chunks do not parse (truncated?)", name);
   check_input_image_size(WebPDemuxGetI(demux.get(), WEBP_FF_CANVAS_WIDTH),
-                         WebPDemuxGetI(demux.get(), WEBP_FF_CANVAS_HEIGHT), "WebP", name);
+                         WebPDemuxGetI(demux.get(), WEBP_FF_CANVAS_HEIGHT), "WebP", name, max_pixels);
 
   WebPAnimDecoderOptions options;
   WebPAnimDecoderOptionsInit(&options);

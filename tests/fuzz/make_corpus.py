@@ -24,6 +24,12 @@ CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 FIXTURES = os.path.join(ROOT, "tests", "fuzz", "fixtures")
 
 
+INPUT_IMAGE_SEEDS = ["rgb8.png", "grey2.png", "la16.png", "palette4.png", "rgb8_interlaced.png", "rgb8_exif6.png",
+                     "rgb8_raw_profile_exif5.png", "rgb8_xmp8.png", "q90_420.jpg", "progressive.jpg", "cmyk.jpg",
+                     "grey.jpg", "exif5.jpg", "xmp6.jpg", "lossy.webp", "lossless_alpha.webp", "lossy_exif7.webp",
+                     "animated.webp"]
+
+
 def read(path, mode="rb"):
     with open(path, mode) as f:
         return f.read()
@@ -136,6 +142,11 @@ def main():
         seed(f"model_config_{component}", "tiny.bin",
              files(("config.json", read(os.path.join(TINY, component, "config.json"))), ("model.safetensors", header)))
     seed("scheduler_config", "scheduler_config.json", read(os.path.join(TINY, "scheduler", "scheduler_config.json")))
+
+    # input_image: the golden input images of each format, mode and orientation source.
+    images = os.path.join(ROOT, "tests", "data", "golden", "input_images")
+    for name in INPUT_IMAGE_SEEDS:
+        seed("input_image", "seed-" + name, read(os.path.join(images, name)))
 
     # tokenizer: the tiny folder's files, and the same vocabulary as one tokenizer.json.
     tok = os.path.join(TINY, "tokenizer")
