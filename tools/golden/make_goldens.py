@@ -71,6 +71,7 @@ from transformers import (  # noqa: E402
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
 from transformers.processing_utils import ProcessorMixin  # noqa: E402
 import golden_input_images  # noqa: E402  (the input_images stage, beside this file)
+import golden_pipeline_edit  # noqa: E402  (the pipeline_edit stage, beside this file)
 
 diffusers.utils.logging.set_verbosity_error()
 diffusers.utils.logging.disable_progress_bar()
@@ -142,7 +143,7 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images", "image_processor"]
+          "input_images", "image_processor", "pipeline_edit"]
 
 
 def log(msg):
@@ -2125,6 +2126,8 @@ def run_stages(out, stages):
         "vae_21": stage_vae_21, "pipeline_21": stage_pipeline_21, "tiny_21": stage_tiny_21,
         "input_images": lambda out: golden_input_images.stage_input_images(out, h5_create, put, put_text, log),
         "image_processor": stage_image_processor,
+        "pipeline_edit": lambda out: golden_pipeline_edit.stage_pipeline_edit(out, load_tiny, h5_create, put, put_text,
+                                                                             log),
     }
     for s in STAGES:
         if s in stages:
