@@ -16,6 +16,7 @@
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
 #include "model/scheduler.h"
+#include "model/vae_encoder.h"
 #include "golden.h"
 #include "pipeline/image_model.h"
 #include "test_util.h"
@@ -517,4 +518,13 @@ TEST(Convert, TheVaeEncoderIsRequiredOnlyWhereTheFamilyReadsIt) {
   EXPECT_GT(names.size(), 50u);
   for (const std::string& name : names)
     EXPECT_FALSE(name.starts_with("encoder.") || name.starts_with("quant_conv.")) << name;
+  // The encoder from such a file is refused naming its first tensor, not run on garbage.
+  CpuBackend be;
+  const WeightStore store = WeightStore::open(dir / "tiny.h5");
+  try {
+    VaeEncoder encoder(be, store.component("vae"));
+    ADD_FAILURE() << "a VAE without encoder tensors loaded as an encoder";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("encoder.conv_in.weight"), std::string::npos) << e.what();
+  }
 }
