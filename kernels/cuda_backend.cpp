@@ -4,7 +4,7 @@
 //
 // Dtypes accepted (f32 everywhere, for tests, and what the models pass in bf16 mode):
 //   linear       x f32|bf16 (converted to w's dtype), w f32|bf16, bias any float, out f32|bf16
-//   conv2d_3x3   x f32|bf16, w f32|bf16, bias any float -> act dtype
+//   conv2d_3x3, conv2d_3x3_stride2: x f32|bf16, w f32|bf16, bias any float -> act dtype
 //   attention    q, k, v one dtype f32|bf16 -> that dtype
 //   rms_norm, layer_norm_modulate, l2_normalize: inputs f32|bf16 in any mix -> act dtype
 //   silu, gelu_tanh, upsample: -> x's dtype; silu_mul -> gate's dtype
@@ -313,20 +313,37 @@ struct CudaBackend::Impl {
   }
 
   // im2col over bands of output rows (the column buffer stays near 256 MiB at any size), each
-  // band one cuBLASLt GEMM with the bias epilogue. x in in_dtype, bias in y's dtype.
-  void conv_im2col(const void* x, const void* w, DType in_dtype, const void* bias, Tensor& y, const cuda::ConvShape& s) {
-    const int64_t K = 9 * s.Cin;
-    const int64_t row_bytes = s.W * K * static_cast<int64_t>(dtype_size(in_dtype));
-    const int64_t band = std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, row_bytes), 1, s.H);
-    DeviceBlock col = scratch(static_cast<size_t>(band * row_bytes), "conv2d_3x3: im2col buffer");
-    for (int64_t y0 = 0; y0 < s.H; y0 += band) {
-      const int64_t rows = std::min(band, s.H - y0);
-      cuda::im2col3x3(ctx, x, col.get(), in_dtype, s.H, s.W, s.Cin, y0, rows);
-      char* out = row_ptr(y, y0 * s.W);
-      cuda::linear_gemm(ctx, "conv2d_3x3", col.get(), w, in_dtype, out, y.dtype(), rows * s.W, s.Cout, K, bias,
+  // band one cuBLASLt GEMM with the bias epilogue. x in in_dtype, bias in y's dtype, y [Ho, Wo, Cout].
+  void conv_im2col(const char* op, const void* x, const void* w, DType in_dtype, const void* bias, Tensor& y,
+                   const cuda::Conv3x3Geometry& g) {
+    const int64_t K = 9 * g.Cin, Cout = y.dim(2);
+    const int64_t row_bytes = g.Wo * K * static_cast<int64_t>(dtype_size(in_dtype));
+    const int64_t band = std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, row_bytes), 1, g.Ho);
+    DeviceBlock col = scratch(static_cast<size_t>(band * row_bytes), cuda::cat(op, ": im2col buffer").c_str());
+    for (int64_t y0 = 0; y0 < g.Ho; y0 += band) {
+      const int64_t rows = std::min(band, g.Ho - y0);
+      cuda::im2col3x3(ctx, x, col.get(), in_dtype, g, y0, rows);
+      char* out = row_ptr(y, y0 * g.Wo);
+      cuda::linear_gemm(ctx, op, col.get(), w, in_dtype, out, y.dtype(), rows * g.Wo, Cout, K, bias,
                         cuda::GemmEpilogue::Bias);
     }
     ++conv_calls[1];
+  }
+  static cuda::Conv3x3Geometry same_size(const cuda::ConvShape& s) { return {s.H, s.W, s.Cin, 1, 1, s.H, s.W}; }
+
+  // A 3x3 convolution's operands as its kernels read them: x in the weight dtype, the bias in
+  // the output (act) dtype, converted copies held in the blocks while the convolution runs.
+  struct ConvOperands {
+    DeviceBlock x_conv, bias_conv;
+    const void* x = nullptr;
+    const void* bias = nullptr;
+    DType in_dtype = DType::F32, out_dtype = DType::F32;
+  };
+  void conv_operands(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias, ConvOperands& o) {
+    o.in_dtype = w.dtype();
+    o.out_dtype = opt.act_dtype;
+    o.x = as_dtype(x, o.in_dtype, o.x_conv, cuda::cat(op, ": x converted to the weight dtype").c_str());
+    o.bias = bias_for(&bias, o.out_dtype, o.bias_conv, cuda::cat(op, ": bias in the output dtype").c_str());
   }
 
   // The first output of an engine config new to a cuDNN path (got) against our own path's (ref): a layout or
@@ -350,7 +367,7 @@ struct CudaBackend::Impl {
 
   void self_check_conv(const void* x, const void* w, const void* bias, Tensor& y, const cuda::ConvShape& s) {
     Tensor ref = alloc(y.shape(), y.dtype(), "conv2d_3x3 (cuDNN self-check)");
-    conv_im2col(x, w, y.dtype(), bias, ref, s);
+    conv_im2col("conv2d_3x3", x, w, y.dtype(), bias, ref, same_size(s));
     --conv_calls[1];
     const std::string why = check_cudnn_output(
         y, ref, fmt::format("the {}x{} convolution, {} -> {} channels", s.H, s.W, s.Cin, s.Cout), "im2col + cuBLASLt");
@@ -590,33 +607,51 @@ Tensor CudaBackend::linear_gelu(const Tensor& x, const Tensor& w, const Tensor& 
   return y;
 }
 
+namespace {
+
+void expect_conv_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  expect_float(op, x, "x");
+  expect_float(op, w, "w");
+  expect_float(op, bias, "bias");
+}
+
+}  // namespace
+
 Tensor CudaBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Impl& m = *impl_;
-  expect_float("conv2d_3x3", x, "x");
-  expect_float("conv2d_3x3", w, "w");
-  expect_float("conv2d_3x3", bias, "bias");
+  expect_conv_args("conv2d_3x3", x, w, bias);
   op_shapes::conv2d_3x3(x, w, bias);
   const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0);
-  const DType out_dtype = m.opt.act_dtype;
-  Tensor y = m.alloc({H, W, Cout}, out_dtype, "conv2d_3x3");
+  Tensor y = m.alloc({H, W, Cout}, m.opt.act_dtype, "conv2d_3x3");
   if (H * W == 0 || Cout == 0) return y;
-  DeviceBlock x_conv, bias_conv;
-  const DType in_dtype = w.dtype();
-  const void* xp = m.as_dtype(x, in_dtype, x_conv, "conv2d_3x3: x converted to the weight dtype");
-  const void* bp = m.bias_for(&bias, out_dtype, bias_conv, "conv2d_3x3: bias in the output dtype");
+  Impl::ConvOperands o;
+  m.conv_operands("conv2d_3x3", x, w, bias, o);
   const cuda::ConvShape s{H, W, Cin, Cout};
-  if (m.opt.conv != CudaConvPath::Im2col && in_dtype == out_dtype &&
-      m.conv.eligible(xp, w.raw(), bp, y.raw(), out_dtype, s, nullptr)) {
+  if (m.opt.conv != CudaConvPath::Im2col && o.in_dtype == o.out_dtype &&
+      m.conv.eligible(o.x, w.raw(), o.bias, y.raw(), o.out_dtype, s, nullptr)) {
     std::string error;
-    const auto result = m.conv.run(m.ctx, xp, w.raw(), bp, y.raw(), out_dtype, s, &error);
+    const auto result = m.conv.run(m.ctx, o.x, w.raw(), o.bias, y.raw(), o.out_dtype, s, &error);
     if (m.cudnn_ran(m.conv, result, error, "im2col + cuBLASLt")) {
       ++m.conv_calls[0];
       if (result == cuda::CudnnPath::Result::RanNewEngine && m.opt.cudnn_self_check)
-        m.self_check_conv(xp, w.raw(), bp, y, s);
+        m.self_check_conv(o.x, w.raw(), o.bias, y, s);
       return y;
     }
   }
-  m.conv_im2col(xp, w.raw(), in_dtype, bp, y, s);
+  m.conv_im2col("conv2d_3x3", o.x, w.raw(), o.in_dtype, o.bias, y, Impl::same_size(s));
+  return y;
+}
+
+// im2col only: the VAE encoder's three stride-2 convolutions run once per input image.
+Tensor CudaBackend::conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  expect_conv_args("conv2d_3x3_stride2", x, w, bias);
+  op_shapes::conv2d_3x3_stride2(x, w, bias);
+  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2);
+  Tensor y = impl_->alloc({H / 2, W / 2, w.dim(0)}, impl_->opt.act_dtype, "conv2d_3x3_stride2");
+  if (w.dim(0) == 0) return y;
+  Impl::ConvOperands o;
+  impl_->conv_operands("conv2d_3x3_stride2", x, w, bias, o);
+  impl_->conv_im2col("conv2d_3x3_stride2", o.x, w.raw(), o.in_dtype, o.bias, y, {H, W, Cin, 2, 0, H / 2, W / 2});
   return y;
 }
 

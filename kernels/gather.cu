@@ -1,6 +1,6 @@
 // Gathers and resampling: embedding rows, nearest x2 upsampling, the im2col of a 3x3
-// convolution (NHWC, zero padding 1), whose column order (ky, kx, cin) matches the weights, and
-// the permutation of a tensor's axes.
+// convolution (NHWC; stride 1 with zero padding 1, or stride 2 padded after the image only),
+// whose column order (ky, kx, cin) matches the weights, and the permutation of a tensor's axes.
 #include "device_utils.cuh"
 #include "launch.h"
 
@@ -26,13 +26,13 @@ __global__ void upsample2x_kernel(const T* __restrict__ x, T* __restrict__ y, in
 }
 
 template <typename T>
-__global__ void im2col3x3_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t n, int64_t H, int64_t W,
-                                 int64_t Cin, int64_t y0) {
+__global__ void im2col3x3_kernel(const T* __restrict__ x, T* __restrict__ col, int64_t n, Conv3x3Geometry g,
+                                 int64_t y0) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t ci = i % Cin, t = i / Cin, tap = t % 9, pixel = t / 9;
-    const int64_t oy = y0 + pixel / W, ox = pixel % W;
-    const int64_t iy = oy + tap / 3 - 1, ix = ox + tap % 3 - 1;
-    col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[(iy * W + ix) * Cin + ci] : from_f<T>(0.0f);
+    const int64_t ci = i % g.Cin, t = i / g.Cin, tap = t % 9, pixel = t / 9;
+    const int64_t oy = y0 + pixel / g.Wo, ox = pixel % g.Wo;
+    const int64_t iy = oy * g.stride + tap / 3 - g.pad, ix = ox * g.stride + tap % 3 - g.pad;
+    col[i] = (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) ? x[(iy * g.W + ix) * g.Cin + ci] : from_f<T>(0.0f);
   }
 }
 
@@ -85,17 +85,20 @@ void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dt
   ctx.launched("upsample_nearest2x");
 }
 
-void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
-               int64_t y0, int64_t rows) {
-  if (H <= 0 || W <= 0 || Cin <= 0 || y0 < 0 || rows <= 0 || y0 + rows > H)
-    fail(cat("conv2d_3x3 (im2col): H ", H, " W ", W, " Cin ", Cin, " rows [", y0, ", ", y0 + rows, ")"));
-  const int64_t n = rows * W * 9 * Cin;
-  dispatch_float(dtype, "conv2d_3x3", "x", [&](auto t) {
+void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, const Conv3x3Geometry& g, int64_t y0,
+               int64_t rows) {
+  const char* op = g.stride == 1 ? "conv2d_3x3" : "conv2d_3x3_stride2";
+  if (g.H <= 0 || g.W <= 0 || g.Cin <= 0 || g.stride < 1 || g.pad < 0 || g.Wo <= 0 || y0 < 0 || rows <= 0 ||
+      y0 + rows > g.Ho || (g.Ho - 1) * g.stride + 2 - g.pad > g.H || (g.Wo - 1) * g.stride + 2 - g.pad > g.W)
+    fail(cat(op, " (im2col): H ", g.H, " W ", g.W, " Cin ", g.Cin, " stride ", g.stride, " pad ", g.pad, " -> ", g.Ho,
+             "x", g.Wo, " rows [", y0, ", ", y0 + rows, ")"));
+  const int64_t n = rows * g.Wo * 9 * g.Cin;
+  dispatch_float(dtype, op, "x", [&](auto t) {
     using T = decltype(t);
     im2col3x3_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(col),
-                                                                        n, H, W, Cin, y0);
+                                                                        n, g, y0);
   });
-  ctx.launched("conv2d_3x3 (im2col)");
+  ctx.launched(g.stride == 1 ? "conv2d_3x3 (im2col)" : "conv2d_3x3_stride2 (im2col)");
 }
 
 void permute(const CudaContext& ctx, const void* x, void* out, size_t elem_size, const int64_t* out_shape,

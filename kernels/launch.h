@@ -74,9 +74,16 @@ void embedding(const CudaContext& ctx, const void* table, DType table_dtype, con
                int64_t L, int64_t D);
 // [H, W, C] -> [2H, 2W, C], same dtype
 void upsample_nearest2x(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t H, int64_t W, int64_t C);
-// col [rows * W, 9 * Cin] for output rows [y0, y0 + rows) of a 3x3 / pad 1 convolution of x [H, W, Cin]
-void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, int64_t H, int64_t W, int64_t Cin,
-               int64_t y0, int64_t rows);
+// Where a 3x3 convolution's output pixels read x [H, W, Cin]: output (oy, ox) reads input row
+// oy * stride + ky - pad (ky in 0..2), likewise for columns, zero outside x; Ho x Wo outputs.
+// conv2d_3x3: stride 1, pad 1, Ho = H, Wo = W. conv2d_3x3_stride2: stride 2, pad 0 (the zero
+// row and column after the image are the taps past x), Ho = H / 2, Wo = W / 2.
+struct Conv3x3Geometry {
+  int64_t H = 0, W = 0, Cin = 0, stride = 1, pad = 1, Ho = 0, Wo = 0;
+};
+// col [rows * Wo, 9 * Cin] for output rows [y0, y0 + rows) of the convolution g of x.
+void im2col3x3(const CudaContext& ctx, const void* x, void* col, DType dtype, const Conv3x3Geometry& g, int64_t y0,
+               int64_t rows);
 // out = x.permute(dims) for elements of elem_size bytes (1, 2 or 4): out_shape[k] =
 // x's dim dims[k], in_strides[k] = x's element stride along that dim; rank 1 to kMaxPermuteRank.
 constexpr int kMaxPermuteRank = 6;

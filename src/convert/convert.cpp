@@ -22,6 +22,7 @@
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "model/vae_encoder.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;
@@ -70,17 +71,20 @@ struct ModelComponent {
   SafetensorsSet tensors;
 };
 
-// The pipeline classes convert reads: the folder their tokenizer is in and the prompt template
-// the file records (the pipelines fix it in code).
+// The pipeline classes convert reads: the folder their tokenizer is in, the prompt template
+// the file records (the pipelines fix it in code), and whether the model reads the VAE's
+// encoder (encoder.*, quant_conv.*: the Edit pipelines encode their input images), whose
+// tensors are then checked like the decoder's.
 struct FolderFamily {
   const char* pipeline_class;
   const char* models;
   const char* tokenizer_folder;
   const char* prompt_template;
+  bool keeps_vae_encoder;
 };
 constexpr FolderFamily kFolderFamilies[] = {
-    {"QwenImagePipeline", "Qwen-Image, Qwen-Image-2512", "tokenizer", kQwenImagePromptTemplate},
-    {"QwenImage21Pipeline", "Qwen-Image-2.1", "processor", kQwenImage21PromptTemplate},
+    {"QwenImagePipeline", "Qwen-Image, Qwen-Image-2512", "tokenizer", kQwenImagePromptTemplate, false},
+    {"QwenImage21Pipeline", "Qwen-Image-2.1", "processor", kQwenImage21PromptTemplate, false},
 };
 
 const FolderFamily& folder_family(const std::string& pipeline_class, const std::string& folder) {
@@ -95,6 +99,12 @@ const FolderFamily& folder_family(const std::string& pipeline_class, const std::
 }
 
 }  // namespace
+
+bool keeps_vae_encoder(const std::string& pipeline_class) {
+  for (const FolderFamily& f : kFolderFamilies)
+    if (pipeline_class == f.pipeline_class) return f.keeps_vae_encoder;
+  return false;
+}
 
 void check_component_tensors(const std::string& component, const std::string& config_path,
                              const std::string& config_json, const SafetensorsSet& tensors,
@@ -130,6 +140,10 @@ void check_component_tensors(const std::string& component, const std::string& co
     const VaeConfig c = VaeConfig::from(config);
     check_block_counts(c.block_counts(), names, where);
     specs = VaeDecoder::weight_specs(c);
+    if (keeps_vae_encoder(pipeline_class)) {
+      const std::vector<WeightSpec> encoder = VaeEncoder::weight_specs(c);
+      specs.insert(specs.end(), encoder.begin(), encoder.end());
+    }
   } else {
     const std::string prefix =
         QwenTextEncoder::tensor_prefix([&](const std::string& name) { return by_name.count(name) > 0; }, where);

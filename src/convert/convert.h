@@ -44,6 +44,10 @@ void check_component_tensors(const std::string& component, const std::string& co
 // file by any name: a symbolic or hard link).
 void check_output_file(const std::string& path, const std::vector<std::string>& inputs = {});
 
+// True for the pipeline classes whose model reads the VAE's encoder (encoder.*, quant_conv.*):
+// convert checks those tensors and make-tiny writes them. False for unknown classes.
+bool keeps_vae_encoder(const std::string& pipeline_class);
+
 // True for text-encoder tensors a text-only pipeline never reads (vision tower, LM head).
 bool is_unused_text_encoder_tensor(const std::string& name);
 

@@ -19,6 +19,7 @@
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "model/vae_encoder.h"
 
 namespace ditbatch {
 namespace fs = std::filesystem;
@@ -77,6 +78,15 @@ FamilyContents family_contents(const PipelineConfigs& c, const std::string& sour
   fail_input("{}: no random pipeline of class '{}'", source, c.pipeline_class);
 }
 
+// The VAE encoder's tensors, for the families whose model encodes input images (convert's
+// keeps_vae_encoder): written after the decoder's, in the VAE component.
+void add_vae_encoder(FamilyContents& contents, const PipelineConfigs& c, const std::string& source) {
+  if (!keeps_vae_encoder(c.pipeline_class)) return;
+  const VaeConfig vae = VaeConfig::from(Config::parse(c.vae, source + " vae"));
+  const std::vector<WeightSpec> encoder = VaeEncoder::weight_specs(vae);
+  contents.vae.insert(contents.vae.end(), encoder.begin(), encoder.end());
+}
+
 const std::vector<std::string> kTokenizerFiles = {"added_tokens.json", "merges.txt", "tokenizer_config.json",
                                                   "vocab.json"};
 
@@ -97,7 +107,8 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
 
   // The configs go through the models' own parsers: the specs below follow from the JSON alone.
   const PipelineConfigs& c = opt.configs;
-  const FamilyContents contents = family_contents(c, opt.source, tokenizer_dir);
+  FamilyContents contents = family_contents(c, opt.source, tokenizer_dir);
+  add_vae_encoder(contents, c, opt.source);
 
   std::vector<std::string> inputs;
   for (const auto& f : tokenizer_files) inputs.push_back(tokenizer_dir + "/" + f);

@@ -67,6 +67,11 @@ class Backend {
   // 3x3 convolution, stride 1, zero padding 1, one image in NHWC:
   // x [H, W, Cin], w [Cout, 3*3*Cin] in (ky, kx, cin) order, bias [Cout] -> [H, W, Cout].
   virtual Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
+  // 3x3 convolution, stride 2, over x zero-padded by one row at the bottom and one column at the
+  // right only (torch's ZeroPad2d((0, 1, 0, 1)) then Conv2d(stride=2, padding=0)), one image in
+  // NHWC: x [H, W, Cin] with H, W >= 2, w and bias as conv2d_3x3 -> [H / 2, W / 2, Cout] (floor:
+  // (H + 1 - 3) / 2 + 1). Output (oy, ox) reads input rows 2oy..2oy+2 and columns 2ox..2ox+2.
+  virtual Tensor conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias) = 0;
   // Scaled dot-product attention for one sequence:
   // q [Lq, H, Dh], k and v [Lk, Hkv, Dh] with H % Hkv == 0 (GQA: head h reads kv head
   // h / (H / Hkv)); causal masks key j > query i (requires Lq == Lk). -> out [Lq, H, Dh].

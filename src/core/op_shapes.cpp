@@ -74,6 +74,16 @@ void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
                  x.describe());
 }
 
+void conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  DITBATCH_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(1) == 9 * x.dim(2) && bias.numel() == w.dim(0),
+                 "conv2d_3x3_stride2: x {} (expected [H, W, Cin]), w {} (expected [Cout, 9*Cin]), bias {}",
+                 x.describe(), w.describe(), bias.describe());
+  DITBATCH_CHECK(x.dim(0) >= 2 && x.dim(1) >= 2 && x.dim(2) > 0,
+                 "conv2d_3x3_stride2: x {} (expected H, W >= 2 and channels: a 3x3 window needs 2 rows and columns "
+                 "plus the padding)",
+                 x.describe());
+}
+
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   DITBATCH_CHECK(q.rank() == 3 && k.rank() == 3 && k.shape() == v.shape() && q.dim(2) == k.dim(2) && k.dim(1) > 0 &&
                      q.dim(1) % k.dim(1) == 0,

@@ -33,6 +33,8 @@ Shape linear_result(const Tensor& x, const LinearDims& d);
 // linear() whose result goes to out [.., N] (x's leading dims).
 LinearDims linear(const char* op, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias);
+// conv2d_3x3's contract, and an image of at least 2x2 (the stride-2 output is H / 2 x W / 2).
+void conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal);
 // attention() whose result goes to out [Lq, H, Dh], each of q, k, v and out with spare_rows
 // more rows in its buffer past the view.

@@ -237,28 +237,30 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, co
   gemm_nt(M, N, K, x.data<float>(), K, w.data<float>(), K, bias ? 1.0f : 0.0f, yp, N);
 }
 
-Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  expect_f32("conv2d_3x3", x, "x");
-  expect_f32("conv2d_3x3", w, "w");
-  expect_f32("conv2d_3x3", bias, "bias");
-  op_shapes::conv2d_3x3(x, w, bias);
-  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Cout = w.dim(0), K = 9 * Cin;
-  Tensor y = Tensor::host({H, W, Cout});
-  // im2col over a band of rows at a time keeps the column buffer near 64 MB at any size.
-  const int64_t band = std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, W * K), 1, H);
-  std::vector<float> col(static_cast<size_t>(band * W * K));
+namespace {
+
+// A 3x3 convolution of x [H, W, Cin] into y [Ho, Wo, Cout]: output (oy, ox) reads input row
+// oy * stride + ky - pad (ky in 0..2), likewise for columns; taps outside x are zero, so the
+// padding after the image is whatever the output size implies.
+void conv3x3_im2col(const Tensor& x, const Tensor& w, const Tensor& bias, int64_t stride, int64_t pad, Tensor& y) {
+  const int64_t H = x.dim(0), W = x.dim(1), Cin = x.dim(2), Ho = y.dim(0), Wo = y.dim(1), Cout = w.dim(0);
+  const int64_t K = 9 * Cin;
+  // im2col over a band of output rows at a time keeps the column buffer near 64 MB at any size.
+  const int64_t band =
+      std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, Wo * K), 1, std::max<int64_t>(Ho, 1));
+  std::vector<float> col(static_cast<size_t>(band * Wo * K));
   const float* xp = x.data<float>();
   const float* b = bias.data<float>();
-  for (int64_t y0 = 0; y0 < H; y0 += band) {
-    const int64_t rows = std::min(band, H - y0);
-    const int64_t pixels = rows * W;
+  for (int64_t y0 = 0; y0 < Ho; y0 += band) {
+    const int64_t rows = std::min(band, Ho - y0);
+    const int64_t pixels = rows * Wo;
 #pragma omp parallel for schedule(static) if (pixels * K > kParallelMin)
     for (int64_t p = 0; p < pixels; ++p) {
-      const int64_t oy = y0 + p / W, ox = p % W;
+      const int64_t oy = y0 + p / Wo, ox = p % Wo;
       float* dst = col.data() + p * K;
       for (int64_t ky = 0; ky < 3; ++ky) {
         for (int64_t kx = 0; kx < 3; ++kx, dst += Cin) {
-          const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
+          const int64_t iy = oy * stride + ky - pad, ix = ox * stride + kx - pad;
           if (iy < 0 || iy >= H || ix < 0 || ix >= W)
             std::fill(dst, dst + Cin, 0.0f);
           else
@@ -266,12 +268,33 @@ Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bi
         }
       }
     }
-    float* out = y.data<float>() + y0 * W * Cout;
+    float* out = y.data<float>() + y0 * Wo * Cout;
     gemm_nt(pixels, Cout, K, col.data(), K, w.data<float>(), K, 0.0f, out, Cout);
 #pragma omp parallel for schedule(static) if (pixels * Cout > kParallelMin)
     for (int64_t p = 0; p < pixels; ++p)
       for (int64_t c = 0; c < Cout; ++c) out[p * Cout + c] += b[c];
   }
+}
+
+}  // namespace
+
+Tensor CpuBackend::conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  expect_f32("conv2d_3x3", x, "x");
+  expect_f32("conv2d_3x3", w, "w");
+  expect_f32("conv2d_3x3", bias, "bias");
+  op_shapes::conv2d_3x3(x, w, bias);
+  Tensor y = Tensor::host({x.dim(0), x.dim(1), w.dim(0)});
+  conv3x3_im2col(x, w, bias, /*stride=*/1, /*pad=*/1, y);
+  return y;
+}
+
+Tensor CpuBackend::conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  expect_f32("conv2d_3x3_stride2", x, "x");
+  expect_f32("conv2d_3x3_stride2", w, "w");
+  expect_f32("conv2d_3x3_stride2", bias, "bias");
+  op_shapes::conv2d_3x3_stride2(x, w, bias);
+  Tensor y = Tensor::host({x.dim(0) / 2, x.dim(1) / 2, w.dim(0)});
+  conv3x3_im2col(x, w, bias, /*stride=*/2, /*pad=*/0, y);  // the bottom/right pad: taps past x read zero
   return y;
 }
 

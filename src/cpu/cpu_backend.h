@@ -30,6 +30,7 @@ class CpuBackend : public Backend {
   using Backend::linear;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) override;
   Tensor conv2d_3x3(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  Tensor conv2d_3x3_stride2(const Tensor& x, const Tensor& w, const Tensor& bias) override;
   using Backend::attention;
   // Exact lengths: spare rows are checked and left alone.
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, float scale, bool causal, const Tensor& out,

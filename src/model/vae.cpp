@@ -28,6 +28,12 @@ std::vector<int64_t> VaeConfig::decoder_dims() const {
   return dims;
 }
 
+std::vector<int64_t> VaeConfig::encoder_dims() const {
+  std::vector<int64_t> dims = {base_dim};
+  for (int64_t m : dim_mult) dims.push_back(base_dim * m);
+  return dims;
+}
+
 void VaeDecoder::bind(WeightBinder& b, Backend* be, const VaeConfig& c, Weights& w) {
   const auto dims = c.decoder_dims();
   const VaeBinder vb{b, be, fmt::format("base_dim {}, dim_mult {}, z_dim {}", c.base_dim, shape_str(c.dim_mult), c.z_dim)};

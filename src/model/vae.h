@@ -28,6 +28,8 @@ struct VaeConfig {
 
   // Channel widths of the decoder: [base*mult[-1]] + [base*m for m in reversed(mult)].
   std::vector<int64_t> decoder_dims() const;
+  // Channel widths of the encoder: base * m for m in [1] + dim_mult.
+  std::vector<int64_t> encoder_dims() const;
   int64_t spatial_scale() const { return int64_t{1} << temperal_downsample.size(); }  // 8
 };
 

@@ -50,6 +50,16 @@ class SpecRecorder final : public WeightBinder {
   std::vector<WeightSpec> specs;
 };
 
+// The specs a model's static bind(binder, backend, config, weights) records, nothing uploaded.
+template <typename Config, typename Weights>
+std::vector<WeightSpec> recorded_specs(void (*bind)(WeightBinder&, Backend*, const Config&, Weights&),
+                                       const Config& config) {
+  SpecRecorder recorder;
+  Weights unused;
+  bind(recorder, nullptr, config, unused);
+  return recorder.specs;
+}
+
 // Loads from a component of a weight file; `prefix` is prepended to every name.
 class ComponentLoader final : public WeightBinder {
  public:

@@ -44,28 +44,35 @@ OpCase linear_case(int64_t M, int64_t K, int64_t N, bool bias, uint32_t seed) {
   return c;
 }
 
-OpCase conv_case(int64_t H, int64_t W, int64_t Cin, int64_t Cout, uint32_t seed) {
+// conv2d_3x3 (stride 1, zero padding 1) or conv2d_3x3_stride2 (ZeroPad2d(0, 1, 0, 1), stride 2):
+// output (oy, ox) reads input row oy * stride + ky - pad, zero outside x.
+OpCase conv_case(int64_t H, int64_t W, int64_t Cin, int64_t Cout, int64_t stride, uint32_t seed) {
   OpCase c;
-  c.name = fmt::format("conv2d_3x3_{}x{}_{}to{}", H, W, Cin, Cout);
+  c.name = fmt::format("conv2d_3x3{}_{}x{}_{}to{}", stride == 2 ? "_stride2" : "", H, W, Cin, Cout);
   c.nmse_bound = 1e-12;
   c.inputs = {{random_tensor({H, W, Cin}, seed), InputKind::Activation},
               {random_tensor({Cout, 9 * Cin}, seed + 1, 0.3f), InputKind::Weight},
               {random_tensor({Cout}, seed + 2), InputKind::Weight}};
-  c.run = [](Backend& be, std::vector<Tensor>& in) { return be.conv2d_3x3(in[0], in[1], in[2]); };
-  c.reference = [H, W, Cin, Cout](const std::vector<Tensor>& in) {
-    std::vector<double> y(static_cast<size_t>(H * W * Cout));
-    for (int64_t oy = 0; oy < H; ++oy)
-      for (int64_t ox = 0; ox < W; ++ox)
+  c.run = [stride](Backend& be, std::vector<Tensor>& in) {
+    return stride == 2 ? be.conv2d_3x3_stride2(in[0], in[1], in[2]) : be.conv2d_3x3(in[0], in[1], in[2]);
+  };
+  c.reference = [H, W, Cin, Cout, stride](const std::vector<Tensor>& in) {
+    // torch's output size: (H + pad_before + pad_after - 3) / stride + 1
+    const int64_t pad = stride == 2 ? 0 : 1, pad_after = 1;
+    const int64_t Ho = (H + pad + pad_after - 3) / stride + 1, Wo = (W + pad + pad_after - 3) / stride + 1;
+    std::vector<double> y(static_cast<size_t>(Ho * Wo * Cout));
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
         for (int64_t co = 0; co < Cout; ++co) {
           double s = at(in[2], co);
           for (int64_t ky = 0; ky < 3; ++ky)
             for (int64_t kx = 0; kx < 3; ++kx) {
-              const int64_t iy = oy + ky - 1, ix = ox + kx - 1;
+              const int64_t iy = oy * stride + ky - pad, ix = ox * stride + kx - pad;
               if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
               for (int64_t ci = 0; ci < Cin; ++ci)
                 s += at(in[0], (iy * W + ix) * Cin + ci) * at(in[1], co * 9 * Cin + (ky * 3 + kx) * Cin + ci);
             }
-          y[static_cast<size_t>((oy * W + ox) * Cout + co)] = s;
+          y[static_cast<size_t>((oy * Wo + ox) * Cout + co)] = s;
         }
     return y;
   };
@@ -396,8 +403,12 @@ std::vector<OpCase> all_op_cases() {
   cases.push_back(linear_case(37, 70, 19, true, 1));
   cases.push_back(linear_case(5, 300, 64, false, 2));
   cases.push_back(linear_case(128, 64, 192, true, 3));
-  cases.push_back(conv_case(5, 7, 6, 4, 4));
-  cases.push_back(conv_case(16, 9, 16, 8, 5));
+  cases.push_back(conv_case(5, 7, 6, 4, 1, 4));
+  cases.push_back(conv_case(16, 9, 16, 8, 1, 5));
+  // Stride 2: odd and even sides (the padded row or column is read only when the side is odd), the smallest image.
+  cases.push_back(conv_case(7, 10, 6, 5, 2, 141));
+  cases.push_back(conv_case(12, 9, 16, 8, 2, 144));
+  cases.push_back(conv_case(2, 3, 4, 3, 2, 147));
   // Attention: DiT-like (non-causal, keys spanning several blocks), text encoder (causal GQA),
   // VAE (one wide head).
   cases.push_back(attention_case(37, 300, 4, 4, 16, false, 6));
@@ -763,6 +774,10 @@ std::vector<ShapeMistake> all_shape_mistakes() {
   });
   add("conv_weight_not_9_cin", "conv2d_3x3", "expected [Cout, 9*Cin]",
       [](On o) { o.be.conv2d_3x3(o.act({4, 4, 3}, 1), o.weight({2, 24}, 2), o.weight({2}, 3)); });
+  add("conv_stride2_weight_not_9_cin", "conv2d_3x3_stride2", "expected [Cout, 9*Cin]",
+      [](On o) { o.be.conv2d_3x3_stride2(o.act({4, 4, 3}, 1), o.weight({2, 24}, 2), o.weight({2}, 3)); });
+  add("conv_stride2_one_row", "conv2d_3x3_stride2", "expected H, W >= 2",
+      [](On o) { o.be.conv2d_3x3_stride2(o.act({1, 4, 3}, 1), o.weight({2, 27}, 2), o.weight({2}, 3)); });
   add("attention_heads_not_grouped", "attention", "H % Hkv == 0",
       [](On o) { o.be.attention(o.act({5, 3, 8}, 1), o.act({5, 2, 8}, 2), o.act({5, 2, 8}, 3), 0.3f, false); });
   add("attention_causal_lengths", "attention", "causal needs Lq == Lk",

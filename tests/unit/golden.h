@@ -34,6 +34,12 @@ inline const std::string& golden_weights() {
   return path;
 }
 
+// The converted golden pipeline, opened once per test process.
+inline const WeightStore& golden_store() {
+  static const WeightStore store = WeightStore::open(golden_weights());
+  return store;
+}
+
 // A golden file's weights/ datasets (a model's tensors under their diffusers / transformers
 // names, `prefix` in front of the names the model binds), each checked against the shape the
 // model binds it with; `bound` counts them.

@@ -16,6 +16,7 @@
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
 #include "model/scheduler.h"
+#include "model/vae_encoder.h"
 #include "golden.h"
 #include "pipeline/image_model.h"
 #include "test_util.h"
@@ -488,4 +489,42 @@ TEST(Convert, AQwenImage21FolderConvertsIntoWhatItsModelsLoad) {
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "mixed.h5"));
 
+}
+
+// Only the families whose model encodes input images (the Edit pipelines) read the VAE's
+// encoder: a Qwen-Image folder without it still converts, and make-tiny's Qwen-Image file has
+// none of its tensors.
+TEST(Convert, TheVaeEncoderIsRequiredOnlyWhereTheFamilyReadsIt) {
+  EXPECT_FALSE(keeps_vae_encoder("QwenImagePipeline"));
+  EXPECT_FALSE(keeps_vae_encoder("QwenImage21Pipeline"));
+  EXPECT_FALSE(keeps_vae_encoder("NoSuchPipeline"));
+  TempDir dir;
+  write_pipeline(dir / "decoder-only");
+  const std::string vae = dir / "decoder-only/vae";
+  int dropped = 0;
+  rewrite_safetensors(vae + "/diffusion_pytorch_model.safetensors", [&](std::string& name, DType&, Shape&) {
+    if (name.starts_with("encoder.") || name.starts_with("quant_conv.")) {
+      name.clear();
+      ++dropped;
+    }
+  });
+  EXPECT_EQ(dropped, 86);
+  const std::string config = test::read_text(vae + "/config.json");
+  EXPECT_NO_THROW(check_component_tensors("vae", vae + "/config.json", config, SafetensorsSet::open_dir(vae),
+                                          dir / "decoder-only", "QwenImagePipeline"));
+
+  ASSERT_EQ(test::run(test::exe() + " make-tiny --out " + (dir / "tiny.h5")).status, 0);
+  const std::vector<std::string> names = WeightStore::open(dir / "tiny.h5").component("vae").tensor_names();
+  EXPECT_GT(names.size(), 50u);
+  for (const std::string& name : names)
+    EXPECT_FALSE(name.starts_with("encoder.") || name.starts_with("quant_conv.")) << name;
+  // The encoder from such a file is refused naming its first tensor, not run on garbage.
+  CpuBackend be;
+  const WeightStore store = WeightStore::open(dir / "tiny.h5");
+  try {
+    VaeEncoder encoder(be, store.component("vae"));
+    ADD_FAILURE() << "a VAE without encoder tensors loaded as an encoder";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("encoder.conv_in.weight"), std::string::npos) << e.what();
+  }
 }

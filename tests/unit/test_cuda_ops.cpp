@@ -328,6 +328,11 @@ TEST(CudaDtypes, UnsupportedCombinationsFailNamingTheOp) {
   expect_error([&] { be->silu(test::random_tensor({3}, 504)); }, "silu");  // a host tensor
   Tensor q32 = be->upload(test::random_tensor({4, 2, 8}, 505), DType::F32);
   expect_error([&] { be->attention(q32, x3, x3, 1.0f, false); }, "attention");
+  Tensor w18 = be->upload_weight(test::random_tensor({3, 18}, 506));
+  Tensor b3 = be->upload_weight(test::random_tensor({3}, 507));
+  Tensor image_i32 = be->upload(Tensor::host({4, 4, 2}, DType::I32), DType::I32);
+  expect_error([&] { be->conv2d_3x3_stride2(image_i32, w18, b3); }, "conv2d_3x3_stride2");
+  expect_error([&] { be->conv2d_3x3_stride2(test::random_tensor({4, 4, 2}, 508), w18, b3); }, "conv2d_3x3_stride2");
 }
 
 // The shared shape contract (src/core/op_shapes.h), the same mistakes as on the CPU.

@@ -14,6 +14,8 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <utility>
 
 #include "cpu/cpu_backend.h"
 #include "cuda_test_util.h"
@@ -24,6 +26,7 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include "model/text_encoder.h"
 #include "model/transformer.h"
 #include "model/vae.h"
+#include "model/vae_encoder.h"
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
 #include "pipeline/qwen_image_pipeline.h"
@@ -43,6 +46,24 @@ std::unique_ptr<CudaBackend> make_backend(DType act) { return test::make_cuda_te
 double component_bound(DType act) { return act == DType::F32 ? 1e-7 : 1e-3; }
 
 class CudaGolden : public ::testing::TestWithParam<DType> {};
+
+// Each case of a golden file's cases/ group: result_of(case) gives (ours, diffusers'), held to
+// the same shape and bound. Returns the worst nmse.
+double worst_case_nmse(const std::string& file, double bound,
+                       const std::function<std::pair<Tensor, Tensor>(const h5::Group&)>& result_of) {
+  h5::File f = h5::File::open_read(test::golden(file));
+  h5::Group cases = f.root().open_group("cases");
+  double worst = 0;
+  for (const auto& name : cases.members()) {
+    const auto [got, expected] = result_of(cases.open_group(name));
+    EXPECT_EQ(got.shape(), expected.shape()) << file << " case " << name;
+    const double err = got.shape() == expected.shape() ? test::nmse(got, expected) : INFINITY;
+    worst = std::max(worst, err);
+    EXPECT_LE(err, bound) << file << " case " << name;
+  }
+  EXPECT_GE(cases.members().size(), 3u) << file;
+  return worst;
+}
 
 std::string mode_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
 
@@ -162,21 +183,28 @@ TEST_P(CudaGolden, VaeDecoder) {
   SKIP_WITHOUT_GPU();
   const DType act = GetParam();
   auto be = make_backend(act);
-  WeightStore store = WeightStore::open(test::golden_weights());
-  VaeDecoder vae(*be, store.component("vae"));
-  h5::File f = h5::File::open_read(test::golden("vae.h5"));
-  h5::Group cases = f.root().open_group("cases");
-  double worst = 0;
-  for (const auto& name : cases.members()) {
-    h5::Group g = cases.open_group(name);
+  VaeDecoder vae(*be, test::golden_store().component("vae"));
+  const double worst = worst_case_nmse("vae.h5", component_bound(act), [&](const h5::Group& g) {
     Tensor z = g.read_tensor("z");  // [1, 16, 1, h, w]
     const int64_t h = z.dim(3), w = z.dim(4);
     Tensor decoded = be->to_host_f32(vae.decode(z.view({16, h, w})));
-    const double err = test::nmse(decoded, nchw_to_nhwc(g.read_tensor("decoded")));
-    worst = std::max(worst, err);
-    EXPECT_LE(err, component_bound(act)) << "case " << name;
-  }
+    return std::pair{decoded, nchw_to_nhwc(g.read_tensor("decoded"))};
+  });
   metric(fmt::format("golden.{}.vae.worst_nmse", dtype_name(act)), worst);
+}
+
+// The Edit pipelines' image latents: the normalised posterior mode as packed tokens, for each
+// golden image (the stride-2 convolutions included).
+TEST_P(CudaGolden, VaeEncoder) {
+  SKIP_WITHOUT_GPU();
+  auto be = make_backend(GetParam());
+  VaeEncoder vae(*be, test::golden_store().component("vae"));
+  const double worst = worst_case_nmse("vae_encoder.h5", component_bound(GetParam()), [&](const h5::Group& g) {
+    const Tensor image = g.read_tensor("image");  // [1, 3, 1, h, w]
+    const Tensor packed = be->to_host_f32(vae.encode_packed(image.view({3, image.dim(3), image.dim(4)}).to_f32()));
+    return std::pair{packed, g.read_tensor("packed")};  // [(h/16) * (w/16), 64]
+  });
+  metric(fmt::format("golden.{}.vae_encoder.worst_nmse", dtype_name(GetParam())), worst);
 }
 
 TEST_P(CudaGolden, TextEncoder) {

@@ -143,7 +143,7 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images", "image_processor", "pipeline_edit"]
+          "input_images", "image_processor", "pipeline_edit", "vae_encoder"]
 
 
 def log(msg):
@@ -1474,6 +1474,59 @@ def stage_vae(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: VAE encoder (tiny), as the Edit pipelines encode their input images
+
+VAE_ENCODER_SIZES = [(32, 32), (48, 80), (80, 16)]  # (height, width): multiples of 16, non-square
+VAE_ENCODER_SEED = 500
+
+
+def stage_vae_encoder(out):
+    from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit import QwenImageEditPipeline
+
+    vae = load_tiny(out).vae
+    # _encode_vae_image reads only self.vae and self.latent_channels: called on a stand-in for the pipeline.
+    edit = type("EditStandIn", (), {})()
+    edit.vae, edit.latent_channels = vae, vae.config.z_dim
+    description = "tiny AutoencoderKLQwenImage encoder: the Edit pipelines' image latents"
+    with h5_create(out / "vae_encoder.h5", description) as f:
+        f.attrs["base_dim"] = np.int64(vae.config.base_dim)
+        g = f.create_group("cases")
+        for i, (h, w) in enumerate(VAE_ENCODER_SIZES):
+            seed = VAE_ENCODER_SEED + i
+            image = torch.rand((1, 3, 1, h, w), generator=torch.Generator().manual_seed(seed)) * 2 - 1  # [-1, 1]
+            stages = {}
+
+            def keep(name):
+                return lambda m, a, o: stages.__setitem__(name, o[0, :, 0].clone())
+
+            modules = [("conv_in", vae.encoder.conv_in), ("mid_block", vae.encoder.mid_block),
+                       ("encoder_out", vae.encoder), ("moments", vae.quant_conv)]
+            modules += [(f"down_block_{j}", blk) for j, blk in enumerate(vae.encoder.down_blocks)]
+            hooks = [m.register_forward_hook(keep(name)) for name, m in modules]
+            try:
+                with torch.no_grad():
+                    mode = vae.encode(image).latent_dist.mode()  # [1, 16, 1, h/8, w/8]
+                    normalized = QwenImageEditPipeline._encode_vae_image(edit, image, None)
+            finally:
+                for hk in hooks:
+                    hk.remove()
+            if not torch.equal(mode, stages["moments"][None, :16, None]):
+                fail("vae_encoder: the posterior mode is not the first 16 channels of quant_conv's output")
+            hl, wl = normalized.shape[3], normalized.shape[4]
+            packed = QwenImageEditPipeline._pack_latents(normalized[:, :, 0], 1, 16, hl, wl)
+            c = g.create_group(f"{i:02d}")
+            c.attrs["h"], c.attrs["w"], c.attrs["seed"] = np.int64(h), np.int64(w), np.int64(seed)
+            c.attrs["input_rule"] = "torch.rand((1,3,1,h,w), generator=torch.Generator().manual_seed(seed)) * 2 - 1"
+            put(c, "image", image, np.float32)
+            for name, tensor in stages.items():
+                put(c, name, tensor, np.float32)
+            put(c, "mean", mode[0, :, 0], np.float32)
+            put(c, "normalized", normalized[0, :, 0], np.float32)
+            put(c, "packed", packed[0], np.float32)
+        log(f"vae_encoder: tiny encoder cases {VAE_ENCODER_SIZES}, {len(vae.encoder.down_blocks)} down blocks each")
+
+
+# ------------------------------------------------------------------------------------------
 # Stage: full pipeline (tiny)
 
 PIPE_PROMPTS = [
@@ -2080,7 +2133,8 @@ def compare_h5(a_path, b_path):
 def verify(out, stages):
     with tempfile.TemporaryDirectory(prefix="goldens_verify_") as td:
         tmp = Path(td)
-        if any(s in stages for s in ("text_encoder", "transformer", "vae", "pipeline", "lora")) and "tiny" not in stages:
+        needs_tiny = ("text_encoder", "transformer", "vae", "pipeline", "lora", "vae_encoder")
+        if any(s in stages for s in needs_tiny) and "tiny" not in stages:
             stages = ["tiny"] + stages
         run_stages(tmp, stages)
         bad = 0
@@ -2128,6 +2182,7 @@ def run_stages(out, stages):
         "image_processor": stage_image_processor,
         "pipeline_edit": lambda out: golden_pipeline_edit.stage_pipeline_edit(out, load_tiny, h5_create, put, put_text,
                                                                              log),
+        "vae_encoder": stage_vae_encoder,
     }
     for s in STAGES:
         if s in stages:
