@@ -1,6 +1,6 @@
 // The Qwen2.5-VL vision tower (tiny) on the CPU backend against transformers: the window layout
 // (window index, cu seqlens, the spec's worked example), the 2-D RoPE tables, every block's output
-// and the merged output.
+// and the merged output; and the tower a converted Edit folder loads.
 #include <gtest/gtest.h>
 
 #include "cpu/cpu_backend.h"
@@ -141,4 +141,18 @@ TEST(VisionGolden, PixelValuesOfAnotherShapeAreRefused) {
   }
   EXPECT_THROW(tower.forward(test::random_tensor({30, c.patch_dim()}, 4), {{1, 5, 6}}), InputError);  // 5: unmergeable
   EXPECT_THROW(tower.forward(pixels, {{2, 4, 12}}), InputError);  // video frames (t = 2) are not taken
+}
+
+// The tower of a converted Edit folder (its text encoder's visual.* and vision_config) against the
+// tiny pipeline's own tower in transformers.
+TEST(VisionGolden, TheTowerOfAConvertedEditFile) {
+  CpuBackend be;
+  WeightStore store = WeightStore::open(test::golden_edit_weights());
+  QwenVisionTower tower(be, store.component("text_encoder"));
+  EXPECT_EQ(tower.config().depth, 1);
+  EXPECT_EQ(tower.config().hidden_size, 32);
+  h5::File f = h5::File::open_read(test::golden("vision.h5"));
+  h5::Group g = f.root().open_group("tiny_pipeline_tower");
+  const Tensor out = tower.forward(g.read_tensor("pixel_values"), grids_of(g.read_tensor("grid_thw")));
+  EXPECT_LE(test::nmse(be.to_host_f32(out), g.read_tensor("output")), kNmseBound);
 }
