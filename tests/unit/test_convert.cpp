@@ -505,12 +505,19 @@ TEST(Convert, AnEditFolderKeepsTheVisionTowerAndTheProcessorConfig) {
   rewrite_safetensors(te_file, [](std::string& name, DType&, Shape&) {
     if (name.starts_with("visual.")) name = "model." + name;
   });
+  nlohmann::json transformer = nlohmann::json::parse(test::read_text(dir / "edit/transformer/config.json"));
+  // Carried in the stored config (Edit-2511 sets it true, which the transformer does not run yet).
+  transformer["zero_cond_t"] = false;
+  test::write_text(dir / "edit/transformer/config.json", transformer.dump(2));
   auto r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
   ASSERT_EQ(r.status, 0) << r.output;
   const WeightStore store = WeightStore::open(dir / "edit.h5");
   EXPECT_EQ(store.root_string("pipeline_class"), "QwenImageEditPlusPipeline");
   EXPECT_EQ(store.root_string("prompt_template"), kQwenImageEditPlusPromptTemplate);
   EXPECT_EQ(store.root_int("prompt_template_encode_start_idx"), 64);
+  EXPECT_FALSE(store.component("transformer").config().get_bool("zero_cond_t"));
+  EXPECT_EQ(store.component("transformer").group().attr_string("config_json"),
+            test::read_text(dir / "edit/transformer/config.json"));
   const Component te = store.component("text_encoder");
   int64_t visual = 0;
   for (const auto& [name, values_of_source] : source) {

@@ -3,10 +3,13 @@
 // and the merged output; and the tower a converted Edit folder loads.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "cpu/cpu_backend.h"
 #include "golden.h"
 #include "io/h5.h"
 #include "model/qwen_vl_vision.h"
+#include "model/text_encoder.h"
 
 using namespace ditbatch;
 
@@ -34,6 +37,15 @@ VisionConfig golden_vision_config(const h5::File& f) {
 }
 
 std::vector<std::string> case_names(const h5::File& f) { return f.root().open_group("cases").members(); }
+
+// The golden tower from the file's weights/ (every one of them bound, none left over).
+std::unique_ptr<QwenVisionTower> golden_tower(Backend& be, const h5::File& f) {
+  test::GoldenWeights weights(f.root().open_group("weights"), QwenVisionTower::kTensorPrefix);
+  auto tower = std::make_unique<QwenVisionTower>(be, golden_vision_config(f), weights);
+  EXPECT_EQ(weights.bound, QwenVisionTower::weight_specs(tower->config()).size());
+  EXPECT_EQ(weights.bound, f.root().open_group("weights").members().size());
+  return tower;
+}
 
 }  // namespace
 
@@ -99,25 +111,21 @@ TEST(VisionGolden, RopeTablesInWindowOrder) {
 TEST(VisionGolden, EveryBlockAndTheMergedOutput) {
   CpuBackend be;
   h5::File f = h5::File::open_read(test::golden("vision.h5"));
-  const VisionConfig c = golden_vision_config(f);
-  test::GoldenWeights weights(f.root().open_group("weights"), QwenVisionTower::kTensorPrefix);
-  QwenVisionTower tower(be, c, weights);
-  EXPECT_EQ(weights.bound, QwenVisionTower::weight_specs(c).size());
-  EXPECT_EQ(weights.bound, f.root().open_group("weights").members().size());
+  const std::unique_ptr<QwenVisionTower> tower = golden_tower(be, f);
   for (const std::string& name : case_names(f)) {
     SCOPED_TRACE("case " + name);
     h5::Group g = f.root().open_group("cases").open_group(name);
     const Tensor blocks = g.read_tensor("blocks");  // [depth, Np, hidden], window order
     const int64_t Np = blocks.dim(1), hidden = blocks.dim(2);
     int hooks = 0;
-    Tensor out = tower.forward(g.read_tensor("pixel_values"), grids_of(g.read_tensor("grid_thw")),
-                               [&](int64_t k, const Tensor& x) {
-                                 EXPECT_LE(test::nmse(be.to_host_f32(x), blocks.slice0(k, k + 1).view({Np, hidden})),
-                                           kNmseBound)
-                                     << "block " << k;
-                                 ++hooks;
-                               });
-    EXPECT_EQ(hooks, c.depth);
+    Tensor out = tower->forward(g.read_tensor("pixel_values"), grids_of(g.read_tensor("grid_thw")),
+                                [&](int64_t k, const Tensor& x) {
+                                  EXPECT_LE(test::nmse(be.to_host_f32(x), blocks.slice0(k, k + 1).view({Np, hidden})),
+                                            kNmseBound)
+                                      << "block " << k;
+                                  ++hooks;
+                                });
+    EXPECT_EQ(hooks, tower->config().depth);
     const Tensor expected = g.read_tensor("output");  // [Np / 4, out_hidden], raster order
     ASSERT_EQ(out.shape(), expected.shape());
     EXPECT_LE(test::nmse(be.to_host_f32(out), expected), kNmseBound);
@@ -128,19 +136,18 @@ TEST(VisionGolden, EveryBlockAndTheMergedOutput) {
 TEST(VisionGolden, PixelValuesOfAnotherShapeAreRefused) {
   CpuBackend be;
   h5::File f = h5::File::open_read(test::golden("vision.h5"));
-  const VisionConfig c = golden_vision_config(f);
-  test::GoldenWeights weights(f.root().open_group("weights"), QwenVisionTower::kTensorPrefix);
-  QwenVisionTower tower(be, c, weights);
-  const Tensor pixels = test::random_tensor({96, c.patch_dim()}, 3);
-  EXPECT_NO_THROW(tower.forward(pixels, {{1, 8, 12}}));
+  const std::unique_ptr<QwenVisionTower> tower = golden_tower(be, f);
+  const int64_t patch_dim = tower->config().patch_dim();
+  const Tensor pixels = test::random_tensor({96, patch_dim}, 3);
+  EXPECT_NO_THROW(tower->forward(pixels, {{1, 8, 12}}));
   try {
-    tower.forward(pixels, {{1, 8, 10}});
+    tower->forward(pixels, {{1, 8, 10}});
     FAIL() << "a grid of 80 patches took 96 rows";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("make host [80, 96]"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(tower.forward(test::random_tensor({30, c.patch_dim()}, 4), {{1, 5, 6}}), InputError);  // 5: unmergeable
-  EXPECT_THROW(tower.forward(pixels, {{2, 4, 12}}), InputError);  // video frames (t = 2) are not taken
+  EXPECT_THROW(tower->forward(test::random_tensor({30, patch_dim}, 4), {{1, 5, 6}}), InputError);  // 5: unmergeable
+  EXPECT_THROW(tower->forward(pixels, {{2, 4, 12}}), InputError);  // video frames (t = 2) are not taken
 }
 
 // The tower of a converted Edit folder (its text encoder's visual.* and vision_config) against the
@@ -155,4 +162,6 @@ TEST(VisionGolden, TheTowerOfAConvertedEditFile) {
   h5::Group g = f.root().open_group("tiny_pipeline_tower");
   const Tensor out = tower.forward(g.read_tensor("pixel_values"), grids_of(g.read_tensor("grid_thw")));
   EXPECT_LE(test::nmse(be.to_host_f32(out), g.read_tensor("output")), kNmseBound);
+  // The language model of the same component still loads beside the tower's tensors.
+  EXPECT_EQ(QwenTextEncoder(be, store.component("text_encoder")).config().hidden_size, tower.config().out_hidden_size);
 }
