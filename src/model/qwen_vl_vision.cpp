@@ -110,7 +110,7 @@ VisionRope vision_rope(const std::vector<ImageGrid>& grids, const VisionWindows&
   const float theta = static_cast<float>(c.rope_theta);
   for (int64_t k = 0; k < quarter; ++k)
     inv_freq[static_cast<size_t>(k)] = 1.0f / std::pow(theta, static_cast<float>(2 * k) / static_cast<float>(half));
-  // Each merged cell's (image, row, column) in its image's merged grid.
+  // Each merged cell's row and column in its image's merged grid, by its id in the batch.
   struct Cell {
     int64_t row, col;
   };

@@ -60,6 +60,29 @@ TEST(VisionGolden, ConfigFromTheGoldenVisionConfig) {
   EXPECT_EQ(c.rope_theta, 10000.0);
 }
 
+// A vision_config the tower cannot follow is refused naming the key, before any weight is read.
+TEST(VisionGolden, ConfigsTheTowerCannotFollowAreRefused) {
+  h5::File f = h5::File::open_read(test::golden("vision.h5"));
+  const nlohmann::json vision = nlohmann::json::parse(f.root().attr_string("config_json"));
+  auto refusal = [&](const char* key, const nlohmann::json& value) {
+    nlohmann::json changed = vision;
+    changed[key] = value;
+    try {
+      VisionConfig::from(Config(nlohmann::json{{"vision_config", changed}}, "config.json"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal("fullatt_block_indexes", {1, 4}).find("fullatt_block_indexes holds 4, outside the 4 blocks"),
+            std::string::npos);
+  EXPECT_NE(refusal("num_heads", 16).find("a head_dim divisible by 4"), std::string::npos);  // 32 / 16 = 2
+  EXPECT_NE(refusal("window_size", 4).find("window_size 4 is under one merged cell"), std::string::npos);
+  EXPECT_NE(refusal("hidden_act", "gelu").find("hidden_act 'gelu'"), std::string::npos);
+  EXPECT_EQ(refusal("depth", 4), "accepted");
+  EXPECT_THROW(VisionConfig::from(Config(nlohmann::json::object(), "config.json")), InputError);  // no vision_config
+}
+
 // Spec qwen-image-edit.md §4's verified example: the real 112-px window on a grid of 8x12 patches.
 TEST(VisionGolden, SpecWindowExample) {
   h5::File f = h5::File::open_read(test::golden("vision.h5"));
