@@ -7,7 +7,7 @@
 //   conv2d_3x3, conv2d_3x3_stride2: x f32|bf16, w f32|bf16, bias any float -> act dtype
 //   attention    q, k, v one dtype f32|bf16 -> that dtype
 //   rms_norm, layer_norm_modulate, l2_normalize: inputs f32|bf16 in any mix -> act dtype
-//   silu, gelu_tanh, upsample: -> x's dtype; silu_mul -> gate's dtype
+//   silu, gelu_tanh, gelu_erf, upsample: -> x's dtype; silu_mul -> gate's dtype
 //   add_, gated_add_, clamp_: any mix of f32|bf16, in place
 //   rope_*: x f32|bf16, cos/sin f32; embedding: table f32|bf16, host i64 ids -> f32
 //   axpy_: x f32, y f32|bf16; div_, scale_rows_: f32; add_ and div_ also by a row vector; row_norms: x f32|bf16 -> f32
@@ -740,6 +740,13 @@ Tensor CudaBackend::gelu_tanh(const Tensor& x) {
   expect_float("gelu_tanh", x, "x");
   Tensor y = impl_->alloc(x.shape(), x.dtype(), "gelu_tanh");
   cuda::gelu_tanh(impl_->ctx, x.raw(), y.raw(), x.dtype(), x.numel());
+  return y;
+}
+
+Tensor CudaBackend::gelu_erf(const Tensor& x) {
+  expect_float("gelu_erf", x, "x");
+  Tensor y = impl_->alloc(x.shape(), x.dtype(), "gelu_erf");
+  cuda::gelu_erf(impl_->ctx, x.raw(), y.raw(), x.dtype(), x.numel());
   return y;
 }
 

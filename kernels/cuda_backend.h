@@ -101,6 +101,7 @@ class CudaBackend final : public Backend {
 
   Tensor silu(const Tensor& x) override;
   Tensor gelu_tanh(const Tensor& x) override;
+  Tensor gelu_erf(const Tensor& x) override;
   Tensor silu_mul(const Tensor& gate, const Tensor& up) override;
   void add_(Tensor& x, const Tensor& y) override;
   void gated_add_(Tensor& x, const Tensor& gate, const Tensor& y) override;

@@ -39,6 +39,16 @@ __global__ void gelu_tanh_kernel(const T* __restrict__ x, T* __restrict__ y, int
   }
 }
 
+// torch's exact GELU: x * 0.5 * (1 + erf(x * sqrt(1/2)))
+template <typename T>
+__global__ void gelu_erf_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  const float sqrt_half = 0.7071067811865476f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = to_f(x[i]);
+    y[i] = from_f<T>(v * 0.5f * (1.0f + erff(v * sqrt_half)));
+  }
+}
+
 template <typename TG, typename TU>
 __global__ void silu_mul_kernel(const TG* __restrict__ gate, const TU* __restrict__ up, TG* __restrict__ y,
                                 int64_t n) {
@@ -184,6 +194,16 @@ void gelu_tanh(const CudaContext& ctx, const void* x, void* y, DType dtype, int6
                                                                         n);
   });
   ctx.launched("gelu_tanh");
+}
+
+void gelu_erf(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n) {
+  check_count("gelu_erf", n);
+  if (n == 0) return;
+  dispatch_float(dtype, "gelu_erf", "x", [&](auto t) {
+    using T = decltype(t);
+    gelu_erf_kernel<T><<<grid_for(ctx, n), kThreads, 0, ctx.stream>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+  ctx.launched("gelu_erf");
 }
 
 void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const void* up, DType up_dtype, void* y,

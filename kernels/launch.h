@@ -16,6 +16,8 @@ namespace ditbatch::cuda {
 void convert(const CudaContext& ctx, const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 void silu(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n);
 void gelu_tanh(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n);
+// y = 0.5 x (1 + erf(x / sqrt(2))) (torch's exact GELU), computed in f32.
+void gelu_erf(const CudaContext& ctx, const void* x, void* y, DType dtype, int64_t n);
 // y = silu(gate) * up; y has gate's dtype.
 void silu_mul(const CudaContext& ctx, const void* gate, DType gate_dtype, const void* up, DType up_dtype, void* y,
               int64_t n);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
+#include "model/qwen_vl_vision.h"
 #include "model/scheduler.h"
 #include "model/text_encoder.h"
 #include "model/tokenizer.h"
@@ -29,6 +31,10 @@ namespace fs = std::filesystem;
 
 bool is_unused_text_encoder_tensor(const std::string& name) {
   return name.starts_with("visual.") || name.starts_with("model.visual.") || name.starts_with("lm_head.");
+}
+
+std::string stored_text_encoder_name(const std::string& name) {
+  return name.starts_with("model.visual.") ? name.substr(std::string("model.").size()) : name;
 }
 
 namespace {
@@ -71,20 +77,29 @@ struct ModelComponent {
   SafetensorsSet tensors;
 };
 
-// The pipeline classes convert reads: the folder their tokenizer is in, the prompt template
-// the file records (the pipelines fix it in code), and whether the model reads the VAE's
-// encoder (encoder.*, quant_conv.*: the Edit pipelines encode their input images), whose
-// tensors are then checked like the decoder's.
+// The pipeline classes convert reads: the folder their tokenizer is in, the prompt template and
+// the number of its leading tokens dropped that the file records (the pipelines fix them in code),
+// and whether the model reads the VAE's encoder (encoder.*, quant_conv.*: the Edit pipelines
+// encode their input images), whose tensors are then checked like the decoder's.
 struct FolderFamily {
   const char* pipeline_class;
   const char* models;
   const char* tokenizer_folder;
   const char* prompt_template;
+  int drop_idx;  // 0: counted from the folder's tokenizer (Qwen-Image-2.1's system turn)
   bool keeps_vae_encoder;
+  // Images in (Edit): the text encoder's vision tower (visual.*) is kept, and this folder's
+  // preprocessor_config.json (the image processor's min/max_pixels, mean, std) is stored.
+  const char* image_processor_folder = nullptr;
 };
 constexpr FolderFamily kFolderFamilies[] = {
-    {"QwenImagePipeline", "Qwen-Image, Qwen-Image-2512", "tokenizer", kQwenImagePromptTemplate, false},
-    {"QwenImage21Pipeline", "Qwen-Image-2.1", "processor", kQwenImage21PromptTemplate, false},
+    {"QwenImagePipeline", "Qwen-Image, Qwen-Image-2512", "tokenizer", kQwenImagePromptTemplate, kQwenImageDropIdx,
+     false},
+    {"QwenImage21Pipeline", "Qwen-Image-2.1", "processor", kQwenImage21PromptTemplate, 0, false},
+    {"QwenImageEditPipeline", "Qwen-Image-Edit", "tokenizer", kQwenImageEditPromptTemplate, kQwenImageEditDropIdx,
+     true, "processor"},
+    {"QwenImageEditPlusPipeline", "Qwen-Image-Edit-2509, Qwen-Image-Edit-2511", "tokenizer",
+     kQwenImageEditPlusPromptTemplate, kQwenImageEditDropIdx, true, "processor"},
 };
 
 const FolderFamily& folder_family(const std::string& pipeline_class, const std::string& folder) {
@@ -96,6 +111,27 @@ const FolderFamily& folder_family(const std::string& pipeline_class, const std::
   for (const FolderFamily& f : kFolderFamilies)
     known += fmt::format("{}{} ({})", known.empty() ? "" : ", ", f.pipeline_class, f.models);
   fail_input("{}/model_index.json: _class_name '{}': ditbatch converts {} folders", folder, pipeline_class, known);
+}
+
+bool reads_images(const std::string& pipeline_class) {
+  for (const FolderFamily& f : kFolderFamilies)
+    if (pipeline_class == f.pipeline_class) return f.image_processor_folder != nullptr;
+  return false;
+}
+
+// Text-encoder tensors the family's pipeline never reads, left out of the file: the LM head, and
+// the vision tower of a text-only family.
+bool unused_text_encoder_tensor(const std::string& name, const std::string& pipeline_class) {
+  return reads_images(pipeline_class) ? name.starts_with("lm_head.") : is_unused_text_encoder_tensor(name);
+}
+
+// Where the vision tower's tensors are: "visual." (checkpoint names) or "model.visual."
+// (transformers >= 4.52 in-memory names); both are stored as "visual.".
+std::string vision_tensor_prefix(const std::function<bool(const std::string&)>& has_tensor, const std::string& where) {
+  for (const char* prefix : {"visual.", "model.visual."})
+    if (has_tensor(std::string(prefix) + "patch_embed.proj.weight")) return prefix;
+  fail_input("{}: no visual.patch_embed.proj.weight (nor model.visual.*): an Edit pipeline's text encoder needs its "
+             "Qwen2.5-VL vision tower", where);
 }
 
 }  // namespace
@@ -111,7 +147,7 @@ void check_component_tensors(const std::string& component, const std::string& co
                              const std::string& folder, const std::string& pipeline_class) {
   for (const auto& item : tensors.items()) {
     DType t = item.entry->dtype;
-    if (!is_float(t) && !(component == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name)))
+    if (!is_float(t) && !(component == "text_encoder" && unused_text_encoder_tensor(item.entry->name, pipeline_class)))
       fail_input("{}: tensor '{}' has dtype {}; model weights must be F32, BF16 or F16", item.file->path(),
                  item.entry->name, dtype_name(t));
   }
@@ -150,6 +186,13 @@ void check_component_tensors(const std::string& component, const std::string& co
     const TextEncoderConfig c = TextEncoderConfig::from(config);
     check_block_counts(c.block_counts(prefix), names, where);
     specs = QwenTextEncoder::weight_specs(c, prefix);
+    if (reads_images(pipeline_class)) {
+      const std::string visual = vision_tensor_prefix([&](const std::string& name) { return by_name.count(name) > 0; },
+                                                      where);
+      const VisionConfig vision = VisionConfig::from(config);
+      check_block_counts(vision.block_counts(visual), names, where);
+      for (WeightSpec& spec : QwenVisionTower::weight_specs(vision, visual)) specs.push_back(std::move(spec));
+    }
   }
   std::vector<std::string> missing;
   for (const WeightSpec& spec : specs) {
@@ -262,9 +305,17 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   Tokenizer tokenizer = Tokenizer::from_files(tokenizer_files, tokenizer_dir.string());
   // The leading tokens the pipeline drops: Qwen-Image's fixed 34; Qwen-Image-2.1 counts its
   // system turn's tokens with the folder's own tokenizer.
-  const int64_t drop_idx = pipeline_class == "QwenImage21Pipeline"
-                               ? std::ssize(tokenizer.encode(qwen_image_21_system_turn()))
-                               : int64_t{kQwenImageDropIdx};
+  const int64_t drop_idx =
+      family.drop_idx > 0 ? int64_t{family.drop_idx} : std::ssize(tokenizer.encode(qwen_image_21_system_turn()));
+  // The image processor's settings (max_pixels decides the vision token count): read as JSON now, stored verbatim.
+  std::string preprocessor_config_path, preprocessor_config;
+  if (family.image_processor_folder) {
+    preprocessor_config_path = (root / family.image_processor_folder / "preprocessor_config.json").string();
+    check_inside_folder(root, (root / family.image_processor_folder).string());
+    if (!parse_json_file(root, preprocessor_config_path).is_object())
+      fail_input("{}: not a JSON object (expected the image processor's settings)", preprocessor_config_path);
+    preprocessor_config = read_file(preprocessor_config_path);
+  }
 
   std::vector<std::string> inputs = {(root / "model_index.json").string(), scheduler_config_path};
   for (const auto& m : models) {
@@ -274,13 +325,14 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
       inputs.push_back(e.path().string());
   }
   for (const auto& [name, bytes] : tokenizer_files) inputs.push_back((tokenizer_dir / name).string());
+  if (!preprocessor_config_path.empty()) inputs.push_back(preprocessor_config_path);
   check_output_file(opt.to, inputs);
 
   double total_bytes = 0;
   int64_t total_tensors = 0;
   for (const auto& m : models)
     for (const auto& item : m.tensors.items())
-      if (!(m.name == "text_encoder" && is_unused_text_encoder_tensor(item.entry->name))) {
+      if (!(m.name == "text_encoder" && unused_text_encoder_tensor(item.entry->name, pipeline_class))) {
         total_bytes += static_cast<double>(item.entry->end - item.entry->begin);
         ++total_tensors;
       }
@@ -325,7 +377,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
     writer.begin_component(m.name, m.config_json);
     for (const auto& item : m.tensors.items()) {
       const SafetensorsEntry& e = *item.entry;
-      if (m.name == "text_encoder" && is_unused_text_encoder_tensor(e.name)) {
+      if (m.name == "text_encoder" && unused_text_encoder_tensor(e.name, pipeline_class)) {
         ++stats.skipped;
         continue;
       }
@@ -337,8 +389,9 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
         fail_input("{}: tensor '{}' of the {} holds a NaN or infinite value at element {} of {}: a broken "
                    "checkpoint (ditbatch converts finite weights only)",
                    item.file->path(), e.name, m.name, at, n);
+      const std::string stored_name = m.name == "text_encoder" ? stored_text_encoder_name(e.name) : e.name;
       if (out == e.dtype) {
-        writer.add_tensor(e.name, e.shape, out, src);
+        writer.add_tensor(stored_name, e.shape, out, src);
       } else {
         as_f32.resize(n);
         convert_to_f32(src, e.dtype, as_f32.data(), n);
@@ -348,7 +401,7 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
           fail_input("{}: tensor '{}' of the {}: element {} ({}) is past the range of --dtype {}; convert to a wider "
                      "type (bf16, f32)",
                      item.file->path(), e.name, m.name, at, as_f32[static_cast<size_t>(at)], opt.dtype);
-        writer.add_tensor(e.name, e.shape, out, converted.data());
+        writer.add_tensor(stored_name, e.shape, out, converted.data());
       }
       item.file->release(e);
       ++stats.tensors;
@@ -370,6 +423,10 @@ ConvertStats convert_diffusers(const ConvertOptions& opt, const Log& log) {
   writer.end_component();
   writer.begin_component("scheduler", read_file(scheduler_config_path));
   writer.end_component();
+  if (!preprocessor_config.empty()) {
+    writer.begin_component("processor", preprocessor_config);
+    writer.end_component();
+  }
   stats.stream_seconds = watch.seconds() - stats.validate_seconds;
   writer.finish();
   stats.seconds = watch.seconds();

@@ -103,6 +103,8 @@ class Backend {
   // ---- element-wise ----
   virtual Tensor silu(const Tensor& x) = 0;
   virtual Tensor gelu_tanh(const Tensor& x) = 0;
+  // torch's exact GELU: 0.5 x (1 + erf(x / sqrt(2))) (the vision merger's nn.GELU()).
+  virtual Tensor gelu_erf(const Tensor& x) = 0;
   // silu(gate) * up (the SwiGLU of the text encoder's MLP).
   virtual Tensor silu_mul(const Tensor& gate, const Tensor& up) = 0;
   // x += y: y of x's shape, or a row vector [cols] added to every row.

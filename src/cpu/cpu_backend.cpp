@@ -480,6 +480,19 @@ Tensor CpuBackend::gelu_tanh(const Tensor& x) {
   return y;
 }
 
+Tensor CpuBackend::gelu_erf(const Tensor& x) {
+  expect_f32("gelu_erf", x, "x");
+  Tensor y = Tensor::host(x.shape());
+  const float* xp = x.data<float>();
+  float* yp = y.data<float>();
+  const int64_t n = x.numel();
+  // torch's order: x * 0.5 * (1 + erf(x * sqrt(1/2))), each op rounded to f32.
+  const float sqrt_half = static_cast<float>(M_SQRT1_2);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] * 0.5f * (1.0f + std::erf(xp[i] * sqrt_half));
+  return y;
+}
+
 Tensor CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   expect_f32("silu_mul", gate, "gate");
   expect_f32("silu_mul", up, "up");

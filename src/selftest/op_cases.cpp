@@ -457,6 +457,8 @@ std::vector<OpCase> all_op_cases() {
                              [](double x) {
                                return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
                              }));
+  cases.push_back(unary_case("gelu_erf", {17, 29}, 6.0f, 28, [](Backend& be, Tensor& x) { return be.gelu_erf(x); },
+                             [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }));
   cases.push_back(unary_case("clamp_", {17, 29}, 2.0f, 19,
                              [](Backend& be, Tensor& x) {
                                be.clamp_(x, -1.0f, 1.0f);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,38 @@ inline const std::string& golden_weights() {
 inline const WeightStore& golden_store() {
   static const WeightStore store = WeightStore::open(golden_weights());
   return store;
+}
+
+// The tiny pipeline as an Edit folder: model_index.json naming `pipeline_class` (QwenImageEditPipeline
+// or QwenImageEditPlusPipeline) and the processor's preprocessor_config.json (Qwen2.5-VL's published
+// settings). Its text encoder holds a vision tower (visual.*) already.
+inline void write_edit_pipeline(const std::string& root, const std::string& pipeline_class) {
+  std::filesystem::remove_all(root);
+  std::filesystem::copy(golden("tiny-pipeline"), root, std::filesystem::copy_options::recursive);
+  nlohmann::json index = nlohmann::json::parse(read_text(root + "/model_index.json"));
+  index["_class_name"] = pipeline_class;
+  index["processor"] = {"transformers", "Qwen2VLProcessor"};
+  write_text(root + "/model_index.json", index.dump(2));
+  write_text(root + "/processor/preprocessor_config.json",
+             R"({"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 12845056,
+                 "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "resample": 3,
+                 "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]})");
+}
+
+// write_edit_pipeline's QwenImageEditPipeline folder converted once per test process.
+inline const std::string& golden_edit_weights() {
+  static std::unique_ptr<TempDir> dir;
+  static std::string path;
+  if (path.empty()) {
+    dir = std::make_unique<TempDir>();
+    write_edit_pipeline(*dir / "edit", "QwenImageEditPipeline");
+    path = *dir / "tiny-golden-edit.h5";
+    ConvertOptions opt;
+    opt.from = *dir / "edit";
+    opt.to = path;
+    convert_diffusers(opt, Log::quiet());
+  }
+  return path;
 }
 
 // A golden file's weights/ datasets (a model's tensors under their diffusers / transformers

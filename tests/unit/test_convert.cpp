@@ -15,6 +15,8 @@
 #include "io/safetensors.h"
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
+#include "model/qwen_image_constants.h"
+#include "model/qwen_vl_vision.h"
 #include "model/scheduler.h"
 #include "model/vae_encoder.h"
 #include "golden.h"
@@ -292,12 +294,13 @@ TEST(Convert, BadInputFailsBeforeWritingAnything) {
   // A family convert does not read: refused naming its class and what convert reads.
   write_pipeline(dir / "pipe");
   test::write_text(dir / "pipe/model_index.json",
-                   R"({"_class_name": "QwenImageEditPlusPipeline", "_diffusers_version": "0.42.1"})");
+                   R"({"_class_name": "QwenImageLayeredPipeline", "_diffusers_version": "0.42.1"})");
   r = test::run(test::exe() + " convert --from " + (dir / "pipe") + " --to " + (dir / "out.h5"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("model_index.json: _class_name 'QwenImageEditPlusPipeline': ditbatch converts "
-                          "QwenImagePipeline (Qwen-Image, Qwen-Image-2512), QwenImage21Pipeline (Qwen-Image-2.1) "
-                          "folders"),
+  EXPECT_NE(r.output.find("model_index.json: _class_name 'QwenImageLayeredPipeline': ditbatch converts "
+                          "QwenImagePipeline (Qwen-Image, Qwen-Image-2512), QwenImage21Pipeline (Qwen-Image-2.1), "
+                          "QwenImageEditPipeline (Qwen-Image-Edit), QwenImageEditPlusPipeline (Qwen-Image-Edit-2509, "
+                          "Qwen-Image-Edit-2511) folders"),
             std::string::npos)
       << r.output;
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))
@@ -498,6 +501,8 @@ TEST(Convert, TheVaeEncoderIsRequiredOnlyWhereTheFamilyReadsIt) {
   EXPECT_FALSE(keeps_vae_encoder("QwenImagePipeline"));
   EXPECT_FALSE(keeps_vae_encoder("QwenImage21Pipeline"));
   EXPECT_FALSE(keeps_vae_encoder("NoSuchPipeline"));
+  EXPECT_TRUE(keeps_vae_encoder("QwenImageEditPipeline"));
+  EXPECT_TRUE(keeps_vae_encoder("QwenImageEditPlusPipeline"));
   TempDir dir;
   write_pipeline(dir / "decoder-only");
   const std::string vae = dir / "decoder-only/vae";
@@ -527,4 +532,93 @@ TEST(Convert, TheVaeEncoderIsRequiredOnlyWhereTheFamilyReadsIt) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("encoder.conv_in.weight"), std::string::npos) << e.what();
   }
+}
+
+// An Edit folder (QwenImageEditPlusPipeline, the text encoder's tower under the newer
+// model.visual.* names) keeps the vision tower under its checkpoint names (visual.*), the image
+// processor's preprocessor_config.json verbatim, and the Edit template and drop index; a
+// text-to-image folder of the same tensors keeps neither (DiffusersFolderToH5ThenInspect).
+TEST(Convert, AnEditFolderKeepsTheVisionTowerAndTheProcessorConfig) {
+  TempDir dir;
+  test::write_edit_pipeline(dir / "edit", "QwenImageEditPlusPipeline");
+  const std::string te_file = dir / "edit/text_encoder/model.safetensors";
+  const auto source = read_safetensors(te_file);
+  rewrite_safetensors(te_file, [](std::string& name, DType&, Shape&) {
+    if (name.starts_with("visual.")) name = "model." + name;
+  });
+  nlohmann::json transformer = nlohmann::json::parse(test::read_text(dir / "edit/transformer/config.json"));
+  // Carried in the stored config (Edit-2511 sets it true, which the transformer does not run yet).
+  transformer["zero_cond_t"] = false;
+  test::write_text(dir / "edit/transformer/config.json", transformer.dump(2));
+  auto r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const WeightStore store = WeightStore::open(dir / "edit.h5");
+  EXPECT_EQ(store.root_string("pipeline_class"), "QwenImageEditPlusPipeline");
+  EXPECT_EQ(store.root_string("prompt_template"), kQwenImageEditPlusPromptTemplate);
+  EXPECT_EQ(store.root_int("prompt_template_encode_start_idx"), 64);
+  EXPECT_FALSE(store.component("transformer").config().get_bool("zero_cond_t"));
+  EXPECT_EQ(store.component("transformer").group().attr_string("config_json"),
+            test::read_text(dir / "edit/transformer/config.json"));
+  const Component te = store.component("text_encoder");
+  int64_t visual = 0;
+  for (const auto& [name, values_of_source] : source) {
+    if (name.starts_with("lm_head.")) {
+      EXPECT_FALSE(te.has_tensor(name)) << name;
+    } else if (name.starts_with("visual.")) {
+      ASSERT_TRUE(te.has_tensor(name)) << name;
+      EXPECT_EQ(values(te.tensor(name)), values_of_source) << name;
+      ++visual;
+    }
+  }
+  EXPECT_EQ(visual, 18);  // one block of 12, patch_embed, ln_q and the merger's two linears
+  EXPECT_EQ(VisionConfig::from(te.config()).hidden_size, 32);
+  const Component processor = store.component("processor");
+  EXPECT_EQ(processor.group().attr_string("config_json"), test::read_text(dir / "edit/processor/preprocessor_config.json"));
+  EXPECT_EQ(processor.config().get_int("max_pixels"), 12845056);
+
+  // inspect shows the file; generate's model seam names the class it cannot run yet.
+  auto inspect = test::run(test::exe() + " inspect " + (dir / "edit.h5"));
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("QwenImageEditPlusPipeline"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("[processor]"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("(no estimate: " + (dir / "edit.h5") + ": pipeline class 'QwenImageEditPlusPipeline': "
+                                "ditbatch runs "),
+            std::string::npos)
+      << inspect.output;
+  try {
+    ImageModel::open(store);
+    FAIL() << "an Edit file opened as a text-to-image model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("pipeline class 'QwenImageEditPlusPipeline'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Convert, AnEditFolderWithoutItsProcessorConfigOrVisionTowerIsRefused) {
+  TempDir dir;
+  test::write_edit_pipeline(dir / "edit", "QwenImageEditPipeline");
+  fs::remove(dir / "edit/processor/preprocessor_config.json");
+  auto r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("edit/processor/preprocessor_config.json: missing"), std::string::npos) << r.output;
+
+  test::write_edit_pipeline(dir / "edit", "QwenImageEditPipeline");
+  rewrite_safetensors(dir / "edit/text_encoder/model.safetensors", [](std::string& name, DType&, Shape&) {
+    if (name.starts_with("visual.")) name.clear();
+  });
+  r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("no visual.patch_embed.proj.weight"), std::string::npos) << r.output;
+
+  // A tower of another shape than vision_config says: named with the config values.
+  test::write_edit_pipeline(dir / "edit", "QwenImageEditPipeline");
+  rewrite_safetensors(dir / "edit/text_encoder/model.safetensors", [](std::string& name, DType&, Shape& shape) {
+    if (name == "visual.merger.mlp.2.weight") shape = {48, 128};
+  });
+  r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("tensor 'visual.merger.mlp.2.weight' has shape [48, 128], but text_encoder/config.json "
+                          "makes the model expect [64, 128]"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "edit.h5"));
 }

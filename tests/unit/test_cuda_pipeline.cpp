@@ -29,6 +29,7 @@ TEST(CudaGolden, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without CUDA 
 #include "model/vae_encoder.h"
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
+#include "model/qwen_vl_vision.h"
 #include "pipeline/qwen_image_pipeline.h"
 
 using namespace ditbatch;
@@ -341,6 +342,33 @@ TEST_P(CudaGolden, Vae21) {
     EXPECT_LE(err, component_bound(act)) << "case " << name;
   }
   metric(fmt::format("golden.{}.vae_21.worst_nmse", dtype_name(act)), worst);
+}
+
+// The vision tower: windows as per-segment attention on row views, RoPE, the exact GELU, the
+// gather back to raster order.
+TEST_P(CudaGolden, VisionTower) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  h5::File f = h5::File::open_read(test::golden("vision.h5"));
+  const nlohmann::json vision = nlohmann::json::parse(f.root().attr_string("config_json"));
+  QwenVisionTower tower(*be, VisionConfig::from(Config(nlohmann::json{{"vision_config", vision}}, "vision.h5")),
+                        test::GoldenWeights(f.root().open_group("weights"), QwenVisionTower::kTensorPrefix));
+  double worst = 0;
+  h5::Group cases = f.root().open_group("cases");
+  for (const auto& name : cases.members()) {
+    h5::Group g = cases.open_group(name);
+    const Tensor grid_thw = g.read_tensor("grid_thw");
+    std::vector<ImageGrid> grids;
+    for (int64_t i = 0; i < grid_thw.dim(0); ++i)
+      grids.push_back({grid_thw.data<int64_t>()[3 * i], grid_thw.data<int64_t>()[3 * i + 1],
+                       grid_thw.data<int64_t>()[3 * i + 2]});
+    const Tensor out = be->to_host_f32(tower.forward(g.read_tensor("pixel_values"), grids));
+    const double err = test::nmse(out, g.read_tensor("output"));
+    worst = std::max(worst, err);
+    EXPECT_LE(err, component_bound(act)) << "case " << name;
+  }
+  metric(fmt::format("golden.{}.vision.worst_nmse", dtype_name(act)), worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, CudaGolden, ::testing::Values(DType::F32, DType::BF16), mode_name);

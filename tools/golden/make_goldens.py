@@ -143,7 +143,7 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images", "image_processor", "pipeline_edit", "vae_encoder"]
+          "input_images", "image_processor", "vae_encoder", "vision", "pipeline_edit"]
 
 
 def log(msg):
@@ -1638,6 +1638,107 @@ def stage_pipeline(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: Qwen2.5-VL vision tower (tiny Qwen2_5_VisionTransformerPretrainedModel), the image side
+# of the Edit pipelines (spec qwen-image-edit.md section 4): the window index and cu seqlens, the
+# 2-D RoPE tables in window order, every block's output (window order) and the merged output (raster
+# order of merge blocks). Windows of 2x2 merged cells, so the tiny grids hold several windows, a
+# padded extra one where a merged side is even, and partial ones where it is odd. 4-px patches
+# keep pixel_values small (the golden budget); the tiny pipeline's own tower runs the real
+# 14-px patch (1176 values). The weights are in the file under their checkpoint names (visual.*).
+
+TINY_VISION_CONFIG = dict(depth=4, hidden_size=32, num_heads=2, intermediate_size=48, patch_size=4,
+                          temporal_patch_size=2, spatial_merge_size=2, window_size=16,
+                          fullatt_block_indexes=[1, 3], in_channels=3, hidden_act="silu")
+SEED_VISION_PARAMS = 1031
+VISION_CASES = [[(1, 8, 12)], [(1, 6, 10)], [(1, 6, 8)], [(1, 8, 12), (1, 6, 10)]]
+# Spec section 4's verified example: the real window (112 px, 14-px patches: 4x4 merged cells) on 8x12 patches.
+SPEC_WINDOW_GRID = (1, 8, 12)
+SPEC_WINDOW_INDEX = [0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 18, 19, 20, 21, 4, 5, 10, 11, 16, 17, 22, 23]
+SPEC_CU_WINDOW_SEQLENS = [0, 64, 96]
+
+
+def tiny_vision_tower(out_hidden_size):
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+    config = Qwen2_5_VLVisionConfig(out_hidden_size=out_hidden_size, **TINY_VISION_CONFIG)
+    config._attn_implementation = "sdpa"
+    tower = Qwen2_5_VisionTransformerPretrainedModel(config).eval()
+    holder = torch.nn.Module()  # parameter names as in the checkpoint: visual.*
+    holder.visual = tower
+    reinit_params(holder, SEED_VISION_PARAMS)
+    return tower, holder
+
+
+def run_vision_case(tower, g, grids, seed):
+    """One call of the tower on random pixel_values for `grids`; every intermediate into group g."""
+    from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids, get_vision_window_index
+    c = tower.config
+    grid_thw = torch.tensor(grids, dtype=torch.int64)
+    n_patches = int(sum(t * h * w for t, h, w in grids))
+    patch_dim = c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size
+    pixel_values = torch.randn(n_patches, patch_dim, generator=torch.Generator().manual_seed(seed))
+    window_index, cu_window = get_vision_window_index(grid_thw, c.spatial_merge_size, c.window_size, c.patch_size)
+    cu_seqlens = get_vision_cu_seqlens(grid_thw)
+    position_ids = get_vision_position_ids(grid_thw, c.spatial_merge_size)  # [Np, 2] (h, w), merge-block order
+    cos, sin = tower.rotary_pos_emb(pixel_values, position_ids)  # [Np, head_dim]
+    cos, sin = (tower.permute_input_for_window_attn(t, window_index, n_patches) for t in (cos, sin))
+    half = cos.shape[1] // 2
+    if not (torch.equal(cos[:, :half], cos[:, half:]) and torch.equal(sin[:, :half], sin[:, half:])):
+        fail("vision: the RoPE table's two halves differ (rotate-half expects cat(freqs, freqs))")
+    blocks = []
+    hooks = [b.register_forward_hook(lambda m, a, o: blocks.append(o.clone())) for b in tower.blocks]
+    result = tower(pixel_values, grid_thw=grid_thw)
+    for h in hooks:
+        h.remove()
+    output = result.pooler_output  # [Np / 4, out_hidden], raster order of merge blocks
+    if len(blocks) != c.depth or output.shape != (n_patches // 4, c.out_hidden_size):
+        fail(f"vision: {len(blocks)} block outputs, output {tuple(output.shape)}")
+    g.attrs["num_images"] = np.int64(len(grids))
+    put(g, "grid_thw", grid_thw, np.int64)
+    put(g, "pixel_values", pixel_values, np.float32)
+    put(g, "window_index", window_index, np.int64)
+    put(g, "cu_window_seqlens", cu_window, np.int64)
+    put(g, "cu_seqlens", cu_seqlens, np.int64)
+    put(g, "position_ids", position_ids, np.int64)
+    put(g, "rope_cos", cos[:, :half], np.float32)  # [Np, head_dim / 2], window order
+    put(g, "rope_sin", sin[:, :half], np.float32)
+    put(g, "blocks", torch.stack(blocks), np.float32)  # [depth, Np, hidden], window order
+    put(g, "output", output, np.float32)
+    return len(set(cu_window.tolist())) - 1
+
+
+def stage_vision(out):
+    from transformers.vision_utils import get_vision_window_index
+    if not (out / "tiny-pipeline" / "model_index.json").exists():
+        log("tiny pipeline missing: building it first")
+        stage_tiny(out)
+    te_config = json.loads((out / "tiny-pipeline" / "text_encoder" / "config.json").read_text())
+    tower, holder = tiny_vision_tower(te_config["text_config"]["hidden_size"])
+    index, cu = get_vision_window_index(torch.tensor([SPEC_WINDOW_GRID]), 2, 112, 14)
+    if index.tolist() != SPEC_WINDOW_INDEX or cu.tolist() != SPEC_CU_WINDOW_SEQLENS:
+        fail(f"vision: the real window layout of 8x12 is {index.tolist()} / {cu.tolist()}, not the spec's")
+    with h5_create(out / "vision.h5", "tiny Qwen2.5-VL vision tower: window layout, RoPE, blocks, merged output") as f:
+        f.attrs["config_json"] = json.dumps(tower.config.to_dict(), sort_keys=True, default=list)
+        gw = f.create_group("weights")
+        for name, tensor in holder.state_dict().items():
+            put(gw, name, tensor, np.float32)
+        gs = f.create_group("spec_window")  # the real 112-px window, no forward
+        gs.attrs["window_size"], gs.attrs["patch_size"] = np.int64(112), np.int64(14)
+        put(gs, "grid_thw", torch.tensor([SPEC_WINDOW_GRID]), np.int64)
+        put(gs, "window_index", index, np.int64)
+        put(gs, "cu_window_seqlens", cu, np.int64)
+        gc = f.create_group("cases")
+        for i, grids in enumerate(VISION_CASES):
+            windows = run_vision_case(tower, gc.create_group(f"{i:02d}"), grids, 500 + i)
+            log(f"vision: case {i} grids {grids}: {windows} windows")
+        # The tiny pipeline's own tower (its text encoder's visual.*), for the converted file's load path.
+        from transformers import Qwen2_5_VLForConditionalGeneration as VL
+        te = VL.from_pretrained(str(out / "tiny-pipeline" / "text_encoder"), dtype=torch.float32).eval()
+        run_vision_case(te.model.visual, f.create_group("tiny_pipeline_tower"), [(1, 4, 6)], 600)
+    log(f"vision: wrote {len(VISION_CASES)} cases and the tiny pipeline's tower")
+
+
+# ------------------------------------------------------------------------------------------
 # Stage: lora (LoRA files in every format QwenImagePipeline.load_lora_weights reads, the tiny
 # pipeline run with them through load_lora_weights + set_adapters, and the Lightning scheduler)
 
@@ -2183,6 +2284,7 @@ def run_stages(out, stages):
         "pipeline_edit": lambda out: golden_pipeline_edit.stage_pipeline_edit(out, load_tiny, h5_create, put, put_text,
                                                                              log),
         "vae_encoder": stage_vae_encoder,
+        "vision": stage_vision,
     }
     for s in STAGES:
         if s in stages:
