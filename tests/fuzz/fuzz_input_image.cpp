@@ -11,7 +11,7 @@ using namespace ditbatch;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr int64_t kFuzzMaxPixels = int64_t{4} << 20;
-  const std::string bytes = fuzz::as_text(data, size);
+  const std::string bytes(fuzz::as_text(data, size));
   fuzz::parse([&] {
     const RgbImage image = decode_input_image(bytes, "input.img", kFuzzMaxPixels);
     if (image.width <= 0 || image.height <= 0 || image.width * image.height > kFuzzMaxPixels)
