@@ -1303,23 +1303,19 @@ def stage_text_encoder_21(out):
 # ------------------------------------------------------------------------------------------
 # Stage: transformer (tiny)
 
-def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
-    gen = torch.Generator().manual_seed(seed)
-    S = h * w
-    D = model.config.joint_attention_dim
-    x = torch.randn((batch, S, model.config.in_channels), generator=gen)
-    c = torch.randn((batch, L, D), generator=gen)
-    mask = None
-    if valid is not None:
-        mask = torch.zeros((batch, L), dtype=torch.int64)
-        for b, n in enumerate(valid):
-            mask[b, :n] = 1
-        c = c * mask[..., None].to(c.dtype)  # padded text rows are exact zeros, as encode_prompt makes them
-    tt = torch.tensor(tts, dtype=torch.float32)
-    img_shapes = [[(1, h, w)]] * batch
+def pad_text(c, valid):
+    """Text [B, L, J] with the valid tokens of each row (None: all) -> (text, mask [B, L] or None)."""
+    if valid is None:
+        return c, None
+    mask = torch.zeros(c.shape[:2], dtype=torch.int64)
+    for b, n in enumerate(valid):
+        mask[b, :n] = 1
+    return c * mask[..., None].to(c.dtype), mask  # padded text rows are exact zeros, as encode_prompt makes them
 
-    captured = {}
-    hooks = [model.time_text_embed.register_forward_hook(lambda m, a, o: captured.__setitem__("temb", o.clone()))]
+
+def forward_capturing_blocks(model, captured, hooks, **inputs):
+    """model(**inputs) -> output, with each block's outputs in captured["block_{i}_txt" / "_img"];
+    removes `hooks` (hooks already registered) with its own afterwards."""
     for i, blk in enumerate(model.transformer_blocks):
         def hook(m, a, o, i=i):
             txt, img = o  # QwenImageTransformerBlock returns (encoder_hidden_states, hidden_states)
@@ -1327,11 +1323,26 @@ def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
             captured[f"block_{i}_img"] = img.clone()
         hooks.append(blk.register_forward_hook(hook))
     try:
-        outp = model(hidden_states=x, encoder_hidden_states=c, encoder_hidden_states_mask=mask, timestep=tt,
-                     img_shapes=img_shapes, return_dict=False)[0]
+        return model(**inputs, return_dict=False)[0]
     finally:
         for hk in hooks:
             hk.remove()
+
+
+def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
+    gen = torch.Generator().manual_seed(seed)
+    S = h * w
+    D = model.config.joint_attention_dim
+    x = torch.randn((batch, S, model.config.in_channels), generator=gen)
+    c = torch.randn((batch, L, D), generator=gen)
+    c, mask = pad_text(c, valid)
+    tt = torch.tensor(tts, dtype=torch.float32)
+    img_shapes = [[(1, h, w)]] * batch
+
+    captured = {}
+    hooks = [model.time_text_embed.register_forward_hook(lambda m, a, o: captured.__setitem__("temb", o.clone()))]
+    outp = forward_capturing_blocks(model, captured, hooks, hidden_states=x, encoder_hidden_states=c,
+                                    encoder_hidden_states_mask=mask, timestep=tt, img_shapes=img_shapes)
     g.attrs["h"] = np.int64(h)
     g.attrs["w"] = np.int64(w)
     g.attrs["input_seed"] = np.int64(seed)
@@ -1394,12 +1405,7 @@ def run_transformer_edit_case(model, g, seed, batch, shapes, L, valid):
     S = sum(h * w for h, w in shapes)
     x = torch.randn((1, S, model.config.in_channels), generator=gen).expand(batch, S, -1).contiguous()
     c = torch.randn((batch, L, model.config.joint_attention_dim), generator=gen)
-    mask = None
-    if valid is not None:
-        mask = torch.zeros((batch, L), dtype=torch.int64)
-        for b, n in enumerate(valid):
-            mask[b, :n] = 1
-        c = c * mask[..., None].to(c.dtype)  # padded text rows are exact zeros, as encode_prompt makes them
+    c, mask = pad_text(c, valid)
     tt = torch.full((batch,), TRANSFORMER_EDIT_TT, dtype=torch.float32)
     img_shapes = [[(1, h, w) for h, w in shapes]] * batch
     g.attrs["input_seed"] = np.int64(seed)
@@ -1413,17 +1419,10 @@ def run_transformer_edit_case(model, g, seed, batch, shapes, L, valid):
     for mode, on in (("plain", False), ("zero_cond_t", True)):
         set_zero_cond_t(model, on)
         captured = {}
-        hooks = []
-        for i, blk in enumerate(model.transformer_blocks):
-            def hook(m, a, o, i=i):
-                captured[f"block_{i}_txt"], captured[f"block_{i}_img"] = (t.clone() for t in o)
-            hooks.append(blk.register_forward_hook(hook))
         try:
-            full = model(hidden_states=x, encoder_hidden_states=c, encoder_hidden_states_mask=mask, timestep=tt,
-                         img_shapes=img_shapes, return_dict=False)[0]
+            full = forward_capturing_blocks(model, captured, [], hidden_states=x, encoder_hidden_states=c,
+                                            encoder_hidden_states_mask=mask, timestep=tt, img_shapes=img_shapes)
         finally:
-            for hk in hooks:
-                hk.remove()
             set_zero_cond_t(model, False)
         if full.shape != (batch, S, model.config.out_channels * 4) or not torch.isfinite(full).all():
             fail(f"transformer_edit: output {tuple(full.shape)} not [B, S, 64] or not finite")
