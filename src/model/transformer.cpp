@@ -26,7 +26,8 @@ TransformerConfig TransformerConfig::from(const Config& comp) {
                c.attention_head_dim, kMaxConfigWidth);
   if (comp.has("guidance_embeds") && comp.get_bool("guidance_embeds"))
     fail_input("{}: guidance_embeds = true is not supported (Qwen-Image is not guidance-distilled)", comp.where());
-  for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
+  c.zero_cond_t = comp.has("zero_cond_t") && comp.get_bool("zero_cond_t");
+  for (const char* key : {"use_additional_t_cond", "use_layer3d_rope"})
     if (comp.has(key) && comp.get_bool(key))
       fail_input("{}: {} = true is a Qwen-Image variant ditbatch does not implement", comp.where(), key);
   if (c.patch_size != 2 || c.in_channels != 4 * c.out_channels)
@@ -127,19 +128,27 @@ QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerCo
   const int64_t D = config_.inner_dim();
   std::vector<TimestepConditioning> conds(times.size());
   std::vector<Tensor> acts;  // silu(temb) [1, D] per model time
+  Tensor zero_t_act;          // zero_cond_t: silu(temb) [1, D] of t = 0
+  const bool zero_t = config_.zero_cond_t && !times.empty();
+  bool embedded = false;
   bind(binder, &be_, config_, w_, [&](Block& block) {
-    if (acts.empty())  // the time embedder is bound before the first block
+    if (!embedded) {  // the time embedder is bound before the first block
       for (size_t n = 0; n < times.size(); ++n) {
         Tensor temb = time_embedding(times[n]);
         acts.push_back(be_.silu(temb));
         conds[n].temb = temb.view({D});
       }
+      if (zero_t) zero_t_act = be_.silu(time_embedding(0.0f));
+      embedded = true;
+    }
     for (size_t n = 0; n < times.size(); ++n) append_modulation(block, acts[n], conds[n]);
+    if (zero_t) append_zero_t_modulation(block, zero_t_act);
     block.img_mod = Linear{};  // released: the next block's load can reuse the memory
     block.txt_mod = Linear{};
   });
   for (size_t n = 0; n < times.size(); ++n) {
     conds[n].norm_out = w_.norm_out_linear(be_, acts[n], DType::F32).view({2, D});
+    conds[n].img_mod_zero_t = img_mod_zero_t_;
     precomputed_.emplace(f32_bits(times[n]), std::move(conds[n]));
   }
   w_.time_linear_1 = w_.time_linear_2 = w_.norm_out_linear = Linear{};  // they only fed the conditioning
@@ -147,8 +156,10 @@ QwenImageTransformer::QwenImageTransformer(Backend& backend, const TransformerCo
 }
 
 int64_t QwenImageTransformer::conditioning_bytes(const TransformerConfig& c, int64_t timesteps) {
-  // temb [D], img_mod and txt_mod [6, D] per block, norm_out [2, D]: f32
-  return timesteps * (1 + 12 * c.num_layers + 2) * c.inner_dim() * 4;
+  // temb [D], img_mod and txt_mod [6, D] per block, norm_out [2, D]: f32; zero_cond_t's img_mod
+  // at t = 0 once for all model times
+  const int64_t zero_t = c.zero_cond_t && timesteps > 0 ? 6 * c.num_layers : 0;
+  return (timesteps * (1 + 12 * c.num_layers + 2) + zero_t) * c.inner_dim() * 4;
 }
 
 int64_t QwenImageTransformer::conditioning_weight_bytes(const TransformerConfig& c, size_t weight_dtype_size) {
@@ -186,6 +197,19 @@ void QwenImageTransformer::append_modulation(const Block& block, const Tensor& a
   cond.txt_mod.push_back(block.txt_mod(be_, act, DType::F32).view({6, D}));
 }
 
+void QwenImageTransformer::append_zero_t_modulation(const Block& block, const Tensor& zero_t_act) {
+  img_mod_zero_t_.push_back(block.img_mod(be_, zero_t_act, DType::F32).view({6, config_.inner_dim()}));
+}
+
+// diffusers' cat([timestep, timestep * 0]): row B + b of temb is t = 0, the same at every step.
+const std::vector<Tensor>& QwenImageTransformer::img_mod_zero_t() {
+  if (img_mod_zero_t_.empty()) {
+    const Tensor zero_t_act = be_.silu(time_embedding(0.0f));
+    for (const Block& block : w_.blocks) append_zero_t_modulation(block, zero_t_act);
+  }
+  return img_mod_zero_t_;
+}
+
 TimestepConditioning QwenImageTransformer::condition(float tt) {
   if (auto it = precomputed_.find(f32_bits(tt)); it != precomputed_.end()) return it->second;
   DITBATCH_CHECK(conditioning_weights_resident_,
@@ -201,12 +225,14 @@ TimestepConditioning QwenImageTransformer::condition(float tt) {
   for (const Block& block : w_.blocks) append_modulation(block, act, cond);
   cond.norm_out = w_.norm_out_linear(be_, act, DType::F32).view({2, D});
   cond.temb = temb.view({D});
+  if (config_.zero_cond_t) cond.img_mod_zero_t = img_mod_zero_t();
   return cond;
 }
 
-QwenImageTransformer::RopeTables QwenImageTransformer::rope_tables(RopeKind kind, int64_t h, int64_t w,
+QwenImageTransformer::RopeTables QwenImageTransformer::rope_tables(RopeKind kind,
+                                                                   const std::vector<PackedGrid>& img_shapes,
                                                                    int64_t count) {
-  const auto key = std::make_tuple(kind, h, w, count);
+  const auto key = std::make_tuple(kind, img_shapes, count);
   if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
   if (rope_cache_.size() >= 32) rope_cache_.clear();  // many sizes in one run: keep memory bounded
   // QwenEmbedRope(theta 10000, axes_dims_rope, scale_rope=True), spec §4.5. Pair m of a head
@@ -237,15 +263,21 @@ QwenImageTransformer::RopeTables QwenImageTransformer::rope_tables(RopeKind kind
   };
   RopeTables tables;
   if (kind == RopeKind::Image) {
-    // Image positions are centred: rows -ceil(h/2) .. floor(h/2)-1, likewise columns; frame 0.
-    const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
-    tables = fill(count * h * w, [&](int64_t row) {
-      const int64_t token = row % (h * w);
-      return std::array<int64_t, 3>{0, token / w - h0, token % w - w0};
-    });
+    // Image k of img_shapes at frame k (0: the noise latents), its positions centred: rows
+    // -ceil(h/2) .. floor(h/2)-1, likewise columns (_compute_video_freqs).
+    std::vector<std::array<int64_t, 3>> positions;  // [S]: one sample's image stream
+    for (size_t k = 0; k < img_shapes.size(); ++k) {
+      const auto [h, w] = img_shapes[k];
+      const int64_t h0 = (h + 1) / 2, w0 = (w + 1) / 2;
+      for (int64_t token = 0; token < h * w; ++token)
+        positions.push_back({static_cast<int64_t>(k), token / w - h0, token % w - w0});
+    }
+    const int64_t S = std::ssize(positions);
+    tables = fill(count * S, [&](int64_t row) { return positions[static_cast<size_t>(row % S)]; });
   } else {
-    // Text token j sits at max(h/2, w/2) + j on all three axes.
-    const int64_t text_start = std::max(h / 2, w / 2);
+    // Text token j sits at P + j on all three axes, P = max(h/2, w/2) over every image.
+    int64_t text_start = 0;
+    for (const auto& [h, w] : img_shapes) text_start = std::max({text_start, h / 2, w / 2});
     tables = fill(count, [&](int64_t token) {
       return std::array<int64_t, 3>{text_start + token, text_start + token, text_start + token};
     });
@@ -253,18 +285,76 @@ QwenImageTransformer::RopeTables QwenImageTransformer::rope_tables(RopeKind kind
   return rope_cache_.emplace(key, tables).first->second;
 }
 
-Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, int64_t text_valid, int64_t h,
-                                     int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
-  return forward_samples(latents, {{&text, text_valid}}, h, w, cond, hook);
+Tensor QwenImageTransformer::forward(const Tensor& latents, const Tensor& text, int64_t text_valid,
+                                     const std::vector<PackedGrid>& img_shapes, const TimestepConditioning& cond,
+                                     const BlockHook& hook) {
+  const Tensor v = forward_samples(latents, {{&text, text_valid}}, img_shapes, cond, hook);  // [S, 64]
+  return v.slice0(0, img_shapes[0].tokens());                                              // [S0, 64]
 }
 
 std::pair<Tensor, Tensor> QwenImageTransformer::forward_cfg(const Tensor& latents, const Tensor& text,
                                                             int64_t text_valid, const Tensor& neg_text,
-                                                            int64_t neg_valid, int64_t h, int64_t w,
+                                                            int64_t neg_valid, const std::vector<PackedGrid>& img_shapes,
                                                             const TimestepConditioning& cond) {
-  const int64_t S = h * w;
-  Tensor v = forward_samples(latents, {{&text, text_valid}, {&neg_text, neg_valid}}, h, w, cond, nullptr);  // [2S, 64]
-  return {v.slice0(0, S), v.slice0(S, 2 * S)};
+  const Tensor v = forward_samples(latents, {{&text, text_valid}, {&neg_text, neg_valid}}, img_shapes, cond,
+                                   nullptr);  // [2S, 64]
+  const int64_t S = v.dim(0) / 2, S0 = img_shapes[0].tokens();
+  return {v.slice0(0, S0), v.slice0(S, S + S0)};  // [S0, 64] each
+}
+
+QwenImageTransformer::ImageVector QwenImageTransformer::ImageMod::chunk(int64_t k) const {
+  const int64_t D = real.dim(1);
+  auto row = [&](const Tensor& mod) { return mod.defined() ? mod.slice0(k, k + 1).view({D}) : Tensor(); };
+  return {row(real), row(zero_t)};
+}
+
+namespace {
+
+// The image stream's rows, modulated run by run and gathered into one stream [samples * per_sample,
+// D]: per sample, op(begin, end, false) for the noise latents' rows (the real t), then op(begin,
+// end, true) for the condition images' (t = 0). The Backend's ops take one vector for all rows.
+template <typename Op>
+Tensor modulate_runs(Backend& be, int64_t samples, int64_t per_sample, int64_t target, int64_t D, Op op) {
+  Tensor out;
+  for (int64_t b = 0; b < samples; ++b)
+    for (const bool zero_t : {false, true}) {
+      const int64_t begin = b * per_sample + (zero_t ? target : 0), end = zero_t ? (b + 1) * per_sample : begin + target;
+      const Tensor part = op(begin, end, zero_t);  // [end - begin, D]
+      if (!out.defined()) out = be.empty({samples * per_sample, D}, part.dtype());
+      be.copy_(out.slice0(begin, end), part);
+    }
+  return out;
+}
+
+}  // namespace
+
+const Tensor& QwenImageTransformer::ImageVector::rows(bool condition_rows) const {
+  return condition_rows && zero_t.defined() ? zero_t : real;
+}
+
+Tensor QwenImageTransformer::image_layer_norm_modulate(Backend& be, const ImageRows& rows, const Tensor& x,
+                                                       const ImageVector& shift, const ImageVector& scale,
+                                                       float eps) {
+  if (!rows.zero_t_conditions) return be.layer_norm_modulate(x, shift.real, scale.real, eps);
+  return modulate_runs(be, rows.samples, rows.per_sample, rows.target, x.dim(1),
+                       [&](int64_t begin, int64_t end, bool zero_t) {
+                         return be.layer_norm_modulate(x.slice0(begin, end), shift.rows(zero_t), scale.rows(zero_t),
+                                                       eps);
+                       });
+}
+
+Tensor QwenImageTransformer::image_gated_add_layer_norm_modulate_(Backend& be, const ImageRows& rows, Tensor& x,
+                                                                  const ImageVector& gate, const Tensor& y,
+                                                                  const ImageVector& shift,
+                                                                  const ImageVector& scale, float eps) {
+  if (!rows.zero_t_conditions) return be.gated_add_layer_norm_modulate_(x, gate.real, y, shift.real, scale.real, eps);
+  return modulate_runs(be, rows.samples, rows.per_sample, rows.target, x.dim(1),
+                       [&](int64_t begin, int64_t end, bool zero_t) {
+                         Tensor residual_rows = x.slice0(begin, end);  // a view: updated in place
+                         return be.gated_add_layer_norm_modulate_(residual_rows, gate.rows(zero_t),
+                                                                  y.slice0(begin, end), shift.rows(zero_t),
+                                                                  scale.rows(zero_t), eps);
+                       });
 }
 
 // Finite keys for a padded attention to mask: it still multiplies their V rows by 0.
@@ -277,13 +367,23 @@ const Tensor& QwenImageTransformer::spare_key_rows(int64_t rows) {
   return spare_keys_;
 }
 
-Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::vector<TextInput>& texts, int64_t h,
-                                             int64_t w, const TimestepConditioning& cond, const BlockHook& hook) {
+Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::vector<TextInput>& texts,
+                                             const std::vector<PackedGrid>& img_shapes,
+                                             const TimestepConditioning& cond, const BlockHook& hook) {
   const TransformerConfig& c = config_;
-  const int64_t B = static_cast<int64_t>(texts.size()), S = h * w, D = c.inner_dim(), Dh = c.attention_head_dim;
+  const int64_t B = static_cast<int64_t>(texts.size()), D = c.inner_dim(), Dh = c.attention_head_dim;
   DITBATCH_CHECK(B == 1 || B == 2, "transformer: {} samples in one forward (1, or 2 for true CFG)", B);
+  DITBATCH_CHECK(!img_shapes.empty(), "transformer: no image grid (img_shapes needs the noise latents' first)");
+  std::string grids;  // "4x6, 5x3" for the messages
+  int64_t S = 0;      // the image stream: the noise latents' S0 tokens, then the condition images'
+  for (const PackedGrid& g : img_shapes) {
+    DITBATCH_CHECK(g.h > 0 && g.w > 0, "transformer: image grid {}x{} is empty", g.h, g.w);
+    grids += fmt::format("{}{}x{}", grids.empty() ? "" : ", ", g.h, g.w);
+    S += g.tokens();
+  }
+  const int64_t S0 = img_shapes[0].tokens();
   DITBATCH_CHECK(latents.rank() == 2 && latents.dim(0) == S && latents.dim(1) == c.in_channels,
-                 "transformer: latents {} for a {}x{} grid (expected [{}, {}])", latents.describe(), h, w, S,
+                 "transformer: latents {} for the image grids {} (expected [{}, {}])", latents.describe(), grids, S,
                  c.in_channels);
   std::array<int64_t, 2> L{}, Lv{};  // per sample: text tokens, of which the first Lv are real
   for (int64_t b = 0; b < B; ++b) {
@@ -297,18 +397,28 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   }
   DITBATCH_CHECK(cond.img_mod.size() == w_.blocks.size(), "transformer: conditioning for {} blocks, model has {}",
                  cond.img_mod.size(), w_.blocks.size());
+  DITBATCH_CHECK(cond.img_mod_zero_t.size() == (c.zero_cond_t ? w_.blocks.size() : 0),
+                 "transformer: conditioning with {} t = 0 modulations for a model with zero_cond_t {} and {} blocks",
+                 cond.img_mod_zero_t.size(), c.zero_cond_t, w_.blocks.size());
   // 4096 positions each side of 0 in diffusers' tables; larger grids would index past them.
   const int64_t L_max = std::max(L[0], L[1]);
-  if (std::max(h, w) / 2 + L_max > 4096 || (std::max(h, w) + 1) / 2 > 4096)
-    fail_input("image grid {}x{} with {} text tokens exceeds the 4096 RoPE positions of Qwen-Image", h, w, L_max);
+  int64_t text_start = 0, half_extent = 0;
+  for (const auto& [h, w] : img_shapes) {
+    text_start = std::max({text_start, h / 2, w / 2});
+    half_extent = std::max({half_extent, (h + 1) / 2, (w + 1) / 2});
+  }
+  if (text_start + L_max > 4096 || half_extent > 4096 || std::ssize(img_shapes) > 4096)
+    fail_input("image grids {} with {} text tokens exceed the 4096 RoPE positions of Qwen-Image", grids, L_max);
   const size_t n_blocks = w_.blocks.size();
   DITBATCH_CHECK(n_blocks > 0, "transformer: no blocks (num_layers must be at least 1)");
 
   const JointRows rows(B, S, L, Lv, be_.attention_spare_rows());
-  const RopeTables img_rope = rope_tables(RopeKind::Image, h, w, B);  // [B * S, Dh/2]
+  const ImageRows image_rows{B, S, S0, c.zero_cond_t && S0 < S};
+  const RopeTables img_rope = rope_tables(RopeKind::Image, img_shapes, B);  // [B * S, Dh/2]
   std::array<RopeTables, 2> txt_rope;
-  for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, h, w, L[b]);
-  const JointContext joint{rows, img_rope, txt_rope, static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh))),
+  for (int64_t b = 0; b < B; ++b) txt_rope[b] = rope_tables(RopeKind::Text, img_shapes, L[b]);
+  const JointContext joint{rows, image_rows, img_rope, txt_rope,
+                           static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh))),
                            rows.spare > 0 ? &spare_key_rows(rows.spare) : nullptr};
 
   Streams residual;
@@ -326,43 +436,50 @@ Tensor QwenImageTransformer::forward_samples(const Tensor& latents, const std::v
   residual.text = w_.txt_in(be_, be_.rms_norm(text_all, w_.txt_norm, c.eps), DType::F32);  // [L_all, D]
 
   auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
+  // zero_cond_t's per-row choice (modulate_index) only where there are condition rows to choose.
+  auto img_mod = [&](size_t i) {
+    return ImageMod{cond.img_mod[i], image_rows.zero_t_conditions ? cond.img_mod_zero_t[i] : Tensor()};
+  };
   // The first block's img_norm1/txt_norm1 + mod1; each later one's is made by the seam before it.
   Streams modulated{
-      be_.layer_norm_modulate(residual.image, chunk(cond.img_mod[0], 0), chunk(cond.img_mod[0], 1), c.eps),
+      image_layer_norm_modulate(be_, image_rows, residual.image, img_mod(0).chunk(0), img_mod(0).chunk(1), c.eps),
       be_.layer_norm_modulate(residual.text, chunk(cond.txt_mod[0], 0), chunk(cond.txt_mod[0], 1), c.eps)};
   for (size_t i = 0; i < n_blocks; ++i) {
     Seam next;
     if (i + 1 < n_blocks) {
-      next = {chunk(cond.img_mod[i + 1], 0), chunk(cond.img_mod[i + 1], 1),
+      next = {img_mod(i + 1).chunk(0), img_mod(i + 1).chunk(1),
               std::pair{chunk(cond.txt_mod[i + 1], 0), chunk(cond.txt_mod[i + 1], 1)}};
-    } else {  // norm_out: AdaLayerNormContinuous, with scale as the FIRST chunk
-      next = {cond.norm_out.slice0(1, 2).view({D}), cond.norm_out.slice0(0, 1).view({D}), std::nullopt};
+    } else {  // norm_out at the real t for every row: AdaLayerNormContinuous, with scale as the FIRST chunk
+      next = {{cond.norm_out.slice0(1, 2).view({D})}, {cond.norm_out.slice0(0, 1).view({D})}, std::nullopt};
     }
-    modulated = w_.blocks[i].forward(be_, c, residual, modulated, cond.img_mod[i], cond.txt_mod[i], joint, next);
+    modulated = w_.blocks[i].forward(be_, c, residual, modulated, img_mod(i), cond.txt_mod[i], joint, next);
     if (hook) hook(static_cast<int64_t>(i), residual.text, residual.image);
   }
-  return w_.proj_out(be_, modulated.image, DType::F32);  // [B*S, 64]
+  return w_.proj_out(be_, modulated.image, DType::F32);  // [B*S, 64]: diffusers' output, of which v[:, :S0] is kept
 }
 
 QwenImageTransformer::Streams QwenImageTransformer::Block::forward(Backend& be, const TransformerConfig& c,
                                                                    Streams& residual, const Streams& modulated,
-                                                                   const Tensor& img_mod_params,
+                                                                   const ImageMod& img_mod_params,
                                                                    const Tensor& txt_mod_params,
                                                                    const JointContext& joint, const Seam& next) const {
   const int64_t D = c.inner_dim();
   auto chunk = [D](const Tensor& mod, int64_t k) { return mod.slice0(k, k + 1).view({D}); };
-  const Tensor &im = img_mod_params, &tm = txt_mod_params;
+  const ImageMod& im = img_mod_params;
+  const Tensor& tm = txt_mod_params;
+  const ImageRows& rows = joint.image_rows;
   const Streams attn = attention(be, c, modulated, joint);
   // hidden_states += gate1 * attn, then img_norm2 + mod2: one pass over each residual stream.
   const Streams ff_in{
-      be.gated_add_layer_norm_modulate_(residual.image, chunk(im, 2), attn.image, chunk(im, 3), chunk(im, 4), c.eps),
+      image_gated_add_layer_norm_modulate_(be, rows, residual.image, im.chunk(2), attn.image, im.chunk(3),
+                                           im.chunk(4), c.eps),
       be.gated_add_layer_norm_modulate_(residual.text, chunk(tm, 2), attn.text, chunk(tm, 3), chunk(tm, 4), c.eps)};
   const Streams ff = feed_forward(be, ff_in);
   // hidden_states += gate2 * mlp, and across the seam the next LayerNorm + modulation, in the
   // same pass.
   Streams out;
-  out.image = be.gated_add_layer_norm_modulate_(residual.image, chunk(im, 5), ff.image, next.image_shift,
-                                                next.image_scale, c.eps);
+  out.image = image_gated_add_layer_norm_modulate_(be, rows, residual.image, im.chunk(5), ff.image, next.image_shift,
+                                                   next.image_scale, c.eps);
   if (next.text)
     out.text = be.gated_add_layer_norm_modulate_(residual.text, chunk(tm, 5), ff.text, next.text->first,
                                                  next.text->second, c.eps);

@@ -1,6 +1,7 @@
 // The tiny golden models on CUDA (the same goldens the CPU tests meet at fp32 rounding):
-// the transformer, the VAE decoder, the text encoder and the whole pipeline, each in f32 mode
-// (must agree with diffusers nearly as well as the CPU does) and in bf16 mode (the fast path:
+// the transformer (text to image, and Edit's condition images with zero_cond_t), the VAE
+// decoder, the text encoder and the whole pipeline, each in f32 mode (must agree with
+// diffusers nearly as well as the CPU does) and in bf16 mode (the fast path:
 // the figures are reported, with bounds that catch a broken kernel rather than grade bf16).
 // Every figure is printed as a "[cuda-metric]" line for tools/device/check.sh.
 #include <gtest/gtest.h>
@@ -142,6 +143,44 @@ TEST_P(CudaGolden, CfgBatch) {
   EXPECT_LE(err_neg, bound);
   metric(fmt::format("golden.{}.cfg_batch.cond_nmse_vs_diffusers", dtype_name(act)), err_cond);
   metric(fmt::format("golden.{}.cfg_batch.neg_nmse_vs_cpu", dtype_name(act)), err_neg);
+}
+
+// The Edit transformer on the GPU (qwen-image-edit.md §9): condition images in the image stream
+// and zero_cond_t's t = 0 rows, as true CFG's batch of two padded texts against diffusers' batch
+// of two (transformer_edit.h5). Bounds as CfgBatch's; the two velocities must be told apart.
+TEST_P(CudaGolden, TransformerEdit) {
+  SKIP_WITHOUT_GPU();
+  const DType act = GetParam();
+  auto be = make_backend(act);
+  WeightStore store = WeightStore::open(test::golden_weights());
+  const Component component = store.component("transformer");
+  TransformerConfig config = TransformerConfig::from(component.config());
+  config.zero_cond_t = true;
+  QwenImageTransformer model(*be, config, ComponentLoader(component));
+  h5::File f = h5::File::open_read(test::golden("transformer_edit.h5"));
+  h5::Group g = f.root().open_group("cases").open_group("cfg_batch");
+  const Tensor shapes = g.read_tensor("img_shapes");  // [images, 2]: (h, w), noise first
+  std::vector<PackedGrid> img_shapes;
+  for (int64_t k = 0; k < shapes.dim(0); ++k)
+    img_shapes.push_back({shapes.data<int64_t>()[2 * k], shapes.data<int64_t>()[2 * k + 1]});
+  const Tensor text = g.read_tensor("encoder_hidden_states"), mask = g.read_tensor("encoder_hidden_states_mask");
+  const int64_t L = text.dim(1);
+  std::array<int64_t, 2> valid{};
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t j = 0; j < L; ++j) valid[b] += mask.data<int64_t>()[b * L + j] != 0;
+  const Tensor output = g.open_group("zero_cond_t").read_tensor("output");  // [2, S0, 64]
+  const double bound = act == DType::F32 ? 1e-7 : 2e-4;
+  ASSERT_GT(test::nmse(batch_row(output, 1), batch_row(output, 0)), 10 * bound) << "the two velocities must be told apart";
+  TimestepConditioning cond = model.condition(g.read_tensor("timestep").data<float>()[0]);
+  auto [v_cond, v_neg] = model.forward_cfg(be->upload(batch_row(g.read_tensor("hidden_states"), 0), DType::F32),
+                                           be->upload(batch_row(text, 0), DType::F32), valid[0],
+                                           be->upload(batch_row(text, 1), DType::F32), valid[1], img_shapes, cond);
+  const double err_cond = test::nmse(be->to_host_f32(v_cond), batch_row(output, 0));
+  const double err_neg = test::nmse(be->to_host_f32(v_neg), batch_row(output, 1));
+  EXPECT_LE(err_cond, bound);
+  EXPECT_LE(err_neg, bound);
+  metric(fmt::format("golden.{}.transformer_edit.cond_nmse", dtype_name(act)), err_cond);
+  metric(fmt::format("golden.{}.transformer_edit.neg_nmse", dtype_name(act)), err_neg);
 }
 
 // Conditioning computed while loading on the GPU: the bits a loaded model computes per step, and

@@ -143,7 +143,7 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images", "image_processor", "vae_encoder", "vision", "pipeline_edit"]
+          "input_images", "image_processor", "vae_encoder", "vision", "transformer_edit", "pipeline_edit"]
 
 
 def log(msg):
@@ -1304,23 +1304,19 @@ def stage_text_encoder_21(out):
 # ------------------------------------------------------------------------------------------
 # Stage: transformer (tiny)
 
-def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
-    gen = torch.Generator().manual_seed(seed)
-    S = h * w
-    D = model.config.joint_attention_dim
-    x = torch.randn((batch, S, model.config.in_channels), generator=gen)
-    c = torch.randn((batch, L, D), generator=gen)
-    mask = None
-    if valid is not None:
-        mask = torch.zeros((batch, L), dtype=torch.int64)
-        for b, n in enumerate(valid):
-            mask[b, :n] = 1
-        c = c * mask[..., None].to(c.dtype)  # padded text rows are exact zeros, as encode_prompt makes them
-    tt = torch.tensor(tts, dtype=torch.float32)
-    img_shapes = [[(1, h, w)]] * batch
+def pad_text(c, valid):
+    """Text [B, L, J] with the valid tokens of each row (None: all) -> (text, mask [B, L] or None)."""
+    if valid is None:
+        return c, None
+    mask = torch.zeros(c.shape[:2], dtype=torch.int64)
+    for b, n in enumerate(valid):
+        mask[b, :n] = 1
+    return c * mask[..., None].to(c.dtype), mask  # padded text rows are exact zeros, as encode_prompt makes them
 
-    captured = {}
-    hooks = [model.time_text_embed.register_forward_hook(lambda m, a, o: captured.__setitem__("temb", o.clone()))]
+
+def forward_capturing_blocks(model, captured, hooks, **inputs):
+    """model(**inputs) -> output, with each block's outputs in captured["block_{i}_txt" / "_img"];
+    removes `hooks` (hooks already registered) with its own afterwards."""
     for i, blk in enumerate(model.transformer_blocks):
         def hook(m, a, o, i=i):
             txt, img = o  # QwenImageTransformerBlock returns (encoder_hidden_states, hidden_states)
@@ -1328,11 +1324,26 @@ def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
             captured[f"block_{i}_img"] = img.clone()
         hooks.append(blk.register_forward_hook(hook))
     try:
-        outp = model(hidden_states=x, encoder_hidden_states=c, encoder_hidden_states_mask=mask, timestep=tt,
-                     img_shapes=img_shapes, return_dict=False)[0]
+        return model(**inputs, return_dict=False)[0]
     finally:
         for hk in hooks:
             hk.remove()
+
+
+def run_transformer_case(model, g, seed, batch, h, w, L, valid, tts):
+    gen = torch.Generator().manual_seed(seed)
+    S = h * w
+    D = model.config.joint_attention_dim
+    x = torch.randn((batch, S, model.config.in_channels), generator=gen)
+    c = torch.randn((batch, L, D), generator=gen)
+    c, mask = pad_text(c, valid)
+    tt = torch.tensor(tts, dtype=torch.float32)
+    img_shapes = [[(1, h, w)]] * batch
+
+    captured = {}
+    hooks = [model.time_text_embed.register_forward_hook(lambda m, a, o: captured.__setitem__("temb", o.clone()))]
+    outp = forward_capturing_blocks(model, captured, hooks, hidden_states=x, encoder_hidden_states=c,
+                                    encoder_hidden_states_mask=mask, timestep=tt, img_shapes=img_shapes)
     g.attrs["h"] = np.int64(h)
     g.attrs["w"] = np.int64(w)
     g.attrs["input_seed"] = np.int64(seed)
@@ -1366,6 +1377,84 @@ def stage_transformer(out):
         if not torch.isfinite(o_even).all() or float(o_even.abs().max()) > 1e3:
             fail("transformer output is not finite / exploded")
     log("transformer: wrote cases even (4x4), odd (3x5), nomask (4x4)")
+
+
+# ------------------------------------------------------------------------------------------
+# Stage: transformer_edit (tiny): the Edit models' image stream, [noise; condition images], with
+# and without zero_cond_t (Edit-2511), spec qwen-image-edit.md section 9.
+
+# name: (input seed, batch, img_shapes [(h, w)] in packed tokens, noise first, L, valid per sample or None)
+TRANSFORMER_EDIT_CASES = {
+    "one_condition": (21, 1, [(4, 6), (5, 3)], 6, None),
+    "two_conditions": (22, 1, [(4, 4), (3, 5), (2, 2)], 8, [5]),  # padded text
+    "larger_condition": (23, 1, [(3, 3), (6, 8)], 5, None),       # text starts after the condition's grid
+    "cfg_batch": (24, 2, [(4, 6), (5, 3)], 7, [7, 4]),             # one latents, two padded texts
+}
+TRANSFORMER_EDIT_TT = 0.8125
+
+
+def set_zero_cond_t(model, on):
+    """zero_cond_t as the Edit-2511 config sets it: the model's flag and each block's."""
+    model.zero_cond_t = on
+    for blk in model.transformer_blocks:
+        blk.zero_cond_t = on
+
+
+def run_transformer_edit_case(model, g, seed, batch, shapes, L, valid):
+    gen = torch.Generator().manual_seed(seed)
+    S0 = shapes[0][0] * shapes[0][1]
+    S = sum(h * w for h, w in shapes)
+    x = torch.randn((1, S, model.config.in_channels), generator=gen).expand(batch, S, -1).contiguous()
+    c = torch.randn((batch, L, model.config.joint_attention_dim), generator=gen)
+    c, mask = pad_text(c, valid)
+    tt = torch.full((batch,), TRANSFORMER_EDIT_TT, dtype=torch.float32)
+    img_shapes = [[(1, h, w) for h, w in shapes]] * batch
+    g.attrs["input_seed"] = np.int64(seed)
+    put(g, "img_shapes", np.array(shapes, dtype=np.int64), np.int64)  # [images, 2]: (h, w), noise first
+    put(g, "hidden_states", x, np.float32)
+    put(g, "encoder_hidden_states", c, np.float32)
+    if mask is not None:
+        put(g, "encoder_hidden_states_mask", mask, np.int64)
+    put(g, "timestep", tt, np.float32)
+    outputs = {}
+    for mode, on in (("plain", False), ("zero_cond_t", True)):
+        set_zero_cond_t(model, on)
+        captured = {}
+        try:
+            full = forward_capturing_blocks(model, captured, [], hidden_states=x, encoder_hidden_states=c,
+                                            encoder_hidden_states_mask=mask, timestep=tt, img_shapes=img_shapes)
+        finally:
+            set_zero_cond_t(model, False)
+        if full.shape != (batch, S, model.config.out_channels * 4) or not torch.isfinite(full).all():
+            fail(f"transformer_edit: output {tuple(full.shape)} not [B, S, 64] or not finite")
+        mg = g.create_group(mode)
+        for i in range(len(model.transformer_blocks)):
+            put(mg, f"block_{i}_txt", captured[f"block_{i}_txt"], np.float32)
+            put(mg, f"block_{i}_img", captured[f"block_{i}_img"], np.float32)
+        put(mg, "output_full", full, np.float32)   # proj_out over the whole image stream [B, S, 64]
+        put(mg, "output", full[:, :S0], np.float32)  # what the pipeline keeps, v[:, :S0]
+        outputs[mode] = full
+    # The two modes must differ (else the zero_cond_t test could not fail), on the target rows too.
+    diff = float((outputs["plain"][:, :S0] - outputs["zero_cond_t"][:, :S0]).abs().max())
+    if diff < 1e-3:
+        fail(f"transformer_edit: zero_cond_t changes the target rows by only {diff}")
+    if batch == 2 and float((outputs["plain"][0] - outputs["plain"][1]).abs().max()) < 1e-3:
+        fail("transformer_edit: the CFG case's two texts give the same velocities")
+
+
+def stage_transformer_edit(out):
+    pipe = load_tiny(out)
+    model = pipe.transformer
+    if model.zero_cond_t or any(blk.zero_cond_t for blk in model.transformer_blocks):
+        fail("transformer_edit: the tiny transformer should be saved without zero_cond_t")
+    with h5_create(out / "transformer_edit.h5",
+                   "tiny QwenImageTransformer2DModel with condition images (Edit), zero_cond_t off and on: "
+                   "inputs, img_shapes, per-block outputs, output") as f:
+        f.attrs["num_layers"] = np.int64(model.config.num_layers)
+        g = f.create_group("cases")
+        for name, (seed, batch, shapes, L, valid) in TRANSFORMER_EDIT_CASES.items():
+            run_transformer_edit_case(model, g.create_group(name), seed, batch, shapes, L, valid)
+    log(f"transformer_edit: wrote cases {', '.join(TRANSFORMER_EDIT_CASES)} (plain and zero_cond_t)")
 
 
 # ------------------------------------------------------------------------------------------
@@ -2285,6 +2374,7 @@ def run_stages(out, stages):
                                                                              log),
         "vae_encoder": stage_vae_encoder,
         "vision": stage_vision,
+        "transformer_edit": stage_transformer_edit,
     }
     for s in STAGES:
         if s in stages:
