@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cpu/cpu_backend.h"
 #include "golden.h"
+#include "io/config.h"
 #include "io/h5.h"
 #include "model/edit_prompt_embeds.h"
 #include "model/edit_prompt_tokens.h"
@@ -251,4 +252,23 @@ TEST(TextEncoderEditGolden, ImageRowsMustMatchThePads) {
   EXPECT_NE(test::input_error_of([&] { edit_prompt_embeds(te, tokens, one_short, TextPositionMode::Sequential); })
                 .find("do not match"),
             std::string::npos);
+}
+
+TEST(TextEncoderEditConfig, MropeSectionsMustCoverHalfAHeadAndImageTokenIdIsRead) {
+  auto config = [](const char* mrope_section) {
+    return Config::parse(fmt::format(R"({{"model_type": "qwen2_5_vl", "image_token_id": 4268, "text_config": {{
+        "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": 128, "vocab_size": 4278, "rms_norm_eps": 1e-6,
+        "rope_parameters": {{"rope_type": "default", "rope_theta": 1e6, "mrope_section": {}}}}}}})",
+                                     mrope_section),
+                         "config.json");
+  };
+  const TextEncoderConfig c = TextEncoderConfig::from(config("[2, 3, 3]"));
+  EXPECT_EQ(c.mrope_section, (std::vector<int64_t>{2, 3, 3}));
+  EXPECT_FALSE(c.mrope_interleaved);
+  EXPECT_EQ(c.image_token_id, 4268);
+  for (const char* wrong : {"[16, 24, 24]", "[2, 3]", "[4, -1, 5]"})
+    EXPECT_NE(test::input_error_of([&] { TextEncoderConfig::from(config(wrong)); }).find("mrope_section"),
+              std::string::npos)
+        << wrong;
 }
