@@ -2,6 +2,7 @@
 
 #include <sleef.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -34,12 +35,29 @@ TextEncoderConfig TextEncoderConfig::from(const Config& comp) {
       c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0)
     fail_input("{}: num_attention_heads {} must be a multiple of num_key_value_heads {}, head_dim {} even",
                comp.where(), c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+  for (const char* rope : {"rope_parameters.", "rope_scaling."}) {
+    const std::string section = key(std::string(rope) + "mrope_section");
+    if (!comp.has(section)) continue;
+    c.mrope_section = comp.get_ints(section);
+    const int64_t half = c.head_dim / 2;
+    const bool in_range = std::all_of(c.mrope_section.begin(), c.mrope_section.end(),
+                                      [&](int64_t s) { return s >= 0 && s <= half; });
+    if (c.mrope_section.size() != 3 || !in_range ||
+        c.mrope_section[0] + c.mrope_section[1] + c.mrope_section[2] != half)
+      fail_input("{}: {} must be three sections (temporal, height, width) adding up to head_dim / 2 = {}",
+                 comp.where(), section, c.head_dim / 2);
+    const std::string interleaved = key(std::string(rope) + "mrope_interleaved");
+    c.mrope_interleaved = comp.has(interleaved) && comp.get_bool(interleaved);
+    break;
+  }
+  if (comp.has("image_token_id")) c.image_token_id = comp.get_int("image_token_id", 0, kMaxConfigVocab);
   if (comp.has(key("use_sliding_window")) && comp.get_bool(key("use_sliding_window")))
     fail_input("{}: use_sliding_window = true is not supported", comp.where());
   const std::string model_type = comp.has("model_type") ? comp.get_string("model_type") : "";
   if (model_type.rfind("qwen3", 0) == 0) {
     c.qk_norm = true;
     c.qkv_bias = c.o_bias = comp.has(key("attention_bias")) && comp.get_bool(key("attention_bias"));
+    c.mrope_interleaved = true;  // Qwen3-VL's text rotary embedding always interleaves
   }
   return c;
 }
@@ -109,31 +127,86 @@ std::vector<WeightSpec> QwenTextEncoder::weight_specs(const TextEncoderConfig& c
   return recorder.specs;
 }
 
-Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook& hook, Output output) {
-  const TextEncoderConfig& c = config_;
-  const int64_t L = static_cast<int64_t>(ids.size()), Hq = c.num_attention_heads, Hkv = c.num_key_value_heads,
-                Dh = c.head_dim, half = Dh / 2;
+Tensor QwenTextEncoder::embed(const std::vector<int64_t>& ids) {
+  const auto L = static_cast<int64_t>(ids.size());
   DITBATCH_CHECK(L > 0, "text encoder: empty token sequence");
   Tensor id_tensor = Tensor::host({L}, DType::I64);
   std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+  return be_.embedding(w_.embed_tokens, id_tensor);  // [L, hidden], the f32 residual stream
+}
 
-  // RoPE (NeoX pairs j, j + Dh/2): inv_freq = 1 / theta^(2i/Dh) in float32, angle = p * inv_freq;
-  // MRoPE reduces to this for text because its three position rows are equal (spec §3.5).
+void QwenTextEncoder::scatter_image_rows(Tensor& x, const std::vector<int64_t>& ids, const Tensor& image_rows) {
+  const auto pads = static_cast<int64_t>(std::count(ids.begin(), ids.end(), config_.image_token_id));
+  if (image_rows.rank() != 2 || image_rows.dim(0) != pads || image_rows.dim(1) != x.dim(1))
+    fail_input("text encoder: image features and image tokens do not match: {} tokens {} of width {}, features {}",
+               pads, config_.image_token_id, x.dim(1), image_rows.describe());
+  const Tensor rows = image_rows.device() == x.device() ? image_rows : be_.upload(image_rows, DType::F32);
+  // masked_scatter in order, one copy per run of consecutive pads (one run per image).
+  int64_t used = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(ids.size());) {
+    if (ids[static_cast<size_t>(i)] != config_.image_token_id) {
+      ++i;
+      continue;
+    }
+    int64_t end = i;
+    while (end < static_cast<int64_t>(ids.size()) && ids[static_cast<size_t>(end)] == config_.image_token_id) ++end;
+    be_.copy_(x.slice0(i, end), rows.slice0(used, used + end - i));
+    used += end - i;
+    i = end;
+  }
+}
+
+std::pair<Tensor, Tensor> QwenTextEncoder::rope_tables(const TextPositionIds& positions) {
+  const TextEncoderConfig& c = config_;
+  const int64_t L = positions.length(), Dh = c.head_dim, half = Dh / 2;
+  // Frequency i takes the position of its M-RoPE section's axis. With equal rows (text only, or
+  // the 1-D positions) that is every axis, and M-RoPE is plain RoPE (text-encoder.md §3.5).
+  std::vector<int> axis_of(static_cast<size_t>(half), 0);
+  if (!positions.rows_equal()) {
+    if (c.mrope_interleaved)
+      fail_input("text encoder: 3-D positions with an interleaved M-RoPE (Qwen3-VL) are not supported");
+    DITBATCH_CHECK(c.mrope_section.size() == 3 && c.mrope_section[0] + c.mrope_section[1] + c.mrope_section[2] == half,
+                   "text encoder: mrope_section does not cover head_dim / 2 = {}", half);
+    for (int64_t i = 0; i < half; ++i)
+      axis_of[static_cast<size_t>(i)] = i < c.mrope_section[0] ? 0 : i < c.mrope_section[0] + c.mrope_section[1] ? 1 : 2;
+  }
+  // NeoX pairs (j, j + Dh/2): inv_freq = 1 / theta^(2i/Dh) in float32, angle = float(p) * inv_freq.
   Tensor cos_t = Tensor::host({L, half}), sin_t = Tensor::host({L, half});
   const float theta = static_cast<float>(c.rope_theta);
   for (int64_t i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+    const std::vector<int64_t>& axis = positions.axes[static_cast<size_t>(axis_of[static_cast<size_t>(i)])];
     for (int64_t p = 0; p < L; ++p) {
-      const float angle = static_cast<float>(p) * inv_freq;
+      const float angle = static_cast<float>(axis[static_cast<size_t>(p)]) * inv_freq;
       cos_t.data<float>()[p * half + i] = Sleef_cosf_u10(angle);
       sin_t.data<float>()[p * half + i] = Sleef_sinf_u10(angle);
     }
   }
-  Tensor rope_cos = be_.upload(cos_t, DType::F32), rope_sin = be_.upload(sin_t, DType::F32);
+  return {be_.upload(cos_t, DType::F32), be_.upload(sin_t, DType::F32)};
+}
+
+Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const LayerHook& hook, Output output) {
+  return forward(embed(ids), sequential_positions(static_cast<int64_t>(ids.size())), hook, output);
+}
+
+Tensor QwenTextEncoder::encode(const std::vector<int64_t>& ids, const Tensor& image_rows,
+                               const TextPositionIds& positions, const LayerHook& hook, Output output) {
+  if (positions.length() != static_cast<int64_t>(ids.size()) || positions.axes[1].size() != ids.size() ||
+      positions.axes[2].size() != ids.size())
+    fail_input("text encoder: position_ids of lengths {}, {}, {} for {} ids", positions.axes[0].size(),
+               positions.axes[1].size(), positions.axes[2].size(), ids.size());
+  Tensor x = embed(ids);
+  scatter_image_rows(x, ids, image_rows);
+  return forward(std::move(x), positions, hook, output);
+}
+
+Tensor QwenTextEncoder::forward(Tensor x, const TextPositionIds& positions, const LayerHook& hook, Output output) {
+  const TextEncoderConfig& c = config_;
+  const int64_t L = x.dim(0), Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Dh = c.head_dim;
+  const auto [rope_cos, rope_sin] = rope_tables(positions);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Dh)));
 
-  Tensor x = be_.embedding(w_.embed_tokens, id_tensor);  // [L, hidden], the f32 residual stream
   if (hook) hook(0, x);
   for (size_t k = 0; k < w_.layers.size(); ++k) {
     const Layer& l = w_.layers[k];

@@ -2,17 +2,21 @@
 // text-encoder.md §3), and Qwen3-VL's, Qwen-Image-2.1's (spec qwen-image-2.1.md §5.1: no
 // biases, an RMSNorm on each head of q and k before RoPE). For text the M-RoPE of both is
 // plain RoPE: its three position rows are equal. Qwen-Image reads the last layer after the
-// final RMSNorm, Qwen-Image-2.1 before it (Output).
+// final RMSNorm, Qwen-Image-2.1 before it (Output). The Edit pipelines' prompts hold image
+// tokens: their embeddings are replaced by the vision tower's rows, and their positions may be
+// 3-D (spec qwen-image-edit.md §6).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/log.h"
 #include "io/weight_store.h"
+#include "model/text_positions.h"
 #include "model/weights.h"
 
 namespace ditbatch {
@@ -30,6 +34,12 @@ struct TextEncoderConfig {
   // Qwen2.5-VL: q, k and v with biases, o without. Qwen3-VL: all four as attention_bias says.
   bool qkv_bias = true, o_bias = false;
   bool qk_norm = false;  // Qwen3-VL: q_norm and k_norm [head_dim] on each head before RoPE
+  // M-RoPE: how many of the head_dim / 2 frequencies take the temporal, height and width
+  // position, in contiguous sections (Qwen2.5-VL; transformers' default when the config has
+  // none). Qwen3-VL interleaves them instead, which only 1-D positions may use here.
+  std::vector<int64_t> mrope_section = {16, 24, 24};
+  bool mrope_interleaved = false;
+  int64_t image_token_id = 151655;  // the config's image_token_id: the pads encode() replaces
   // transformers 4.x keeps the text keys at the top level, 5.x under "text_config".
   static TextEncoderConfig from(const Config& config);
   // prefix: the component's state-dict prefix (QwenTextEncoder::tensor_prefix).
@@ -66,6 +76,11 @@ class QwenTextEncoder {
   // One sequence, positions 0..L-1, causal attention: -> [L, hidden]. The hook's last call
   // (k = num_layers) gets what is returned.
   Tensor encode(const std::vector<int64_t>& ids, const LayerHook& hook = nullptr, Output output = Output::Normed);
+  // The same with image tokens (Qwen2_5_VLModel.forward): the embeddings of `ids` with the rows
+  // of the image_token_id tokens replaced, in order, by `image_rows` [pads, hidden] (masked_scatter;
+  // any float dtype, on this backend or the host), and RoPE at `positions` [3, L].
+  Tensor encode(const std::vector<int64_t>& ids, const Tensor& image_rows, const TextPositionIds& positions,
+                const LayerHook& hook = nullptr, Output output = Output::Normed);
 
  private:
   struct Layer {
@@ -79,6 +94,10 @@ class QwenTextEncoder {
     Tensor norm;
   };
   static void bind(WeightBinder& binder, Backend* be, const TextEncoderConfig& c, Weights& w);
+  Tensor embed(const std::vector<int64_t>& ids);                          // [L, hidden]
+  void scatter_image_rows(Tensor& x, const std::vector<int64_t>& ids, const Tensor& image_rows);
+  std::pair<Tensor, Tensor> rope_tables(const TextPositionIds& positions);  // cos, sin [L, head_dim / 2]
+  Tensor forward(Tensor x, const TextPositionIds& positions, const LayerHook& hook, Output output);
 
   Backend& be_;
   TextEncoderConfig config_;

@@ -143,7 +143,8 @@ SEED_TEXT_ENCODER_PARAMS = 1003
 
 STAGES = ["tokenizer", "scheduler", "noise", "tiny", "text_encoder", "transformer", "vae", "pipeline", "lora",
           "text_encoder_21", "scheduler_21", "transformer_21", "vae_21", "pipeline_21", "tiny_21",
-          "input_images", "image_processor", "vae_encoder", "vision", "transformer_edit", "pipeline_edit"]
+          "input_images", "image_processor", "text_encoder_edit", "vae_encoder", "vision", "transformer_edit",
+          "pipeline_edit"]
 
 
 def log(msg):
@@ -1302,6 +1303,159 @@ def stage_text_encoder_21(out):
 
 
 # ------------------------------------------------------------------------------------------
+# Stage: the Edit pipelines' text side (tiny Qwen2.5-VL with its vision tower), through
+# QwenImageEditPipeline / QwenImageEditPlusPipeline's own _get_qwen_prompt_embeds: the templates,
+# the <|image_pad|> expansion, the vision rows scattered over the pads, the positions the language
+# model used (1-D, as the installed stack runs it; and 3-D with mm_token_type_ids passed), and
+# prompt_embeds after the drop of 64. The tiny model's vocabulary is the tiny tokenizer's, so the
+# model runs on its ids; the real tokenizer's ids of the same texts are stored beside them.
+
+TE_EDIT_IMAGES = {"odd_101x75": (101, 75, 31), "odd_63x129": (63, 129, 32), "odd_150x97": (150, 97, 33)}
+TE_EDIT_LONG_PROMPT = TE_PROMPTS[5]
+TE_EDIT_CASES = [  # (name, pipeline, images, prompt, mm_token_type_ids passed)
+    ("edit_short", "edit", ["odd_101x75"], "Turn the cat into a tiger", False),
+    ("edit_long", "edit", ["odd_63x129"], TE_EDIT_LONG_PROMPT, False),
+    ("plus1_short", "plus", ["odd_63x129"], "Make it snow", False),
+    ("plus2_short", "plus", ["odd_101x75", "odd_63x129"], "Put the dog from picture 2 into picture 1", False),
+    ("plus2_long", "plus", ["odd_63x129", "odd_150x97"], TE_EDIT_LONG_PROMPT, False),
+    ("edit_mrope", "edit", ["odd_63x129"], "Turn the cat into a tiger", True),
+    ("plus2_mrope", "plus", ["odd_101x75", "odd_63x129"], "Put the dog from picture 2 into picture 1", True),
+]
+EDIT_DROP_IDX = 64
+
+
+def qwen2vl_processor(tokenizer):
+    """Qwen2VLProcessor with the PIL image processor and Qwen2.5-VL-7B-Instruct's published pixel
+    bounds; the video processor needs torchvision (not installed), so its check is waived."""
+    from transformers import Qwen2VLProcessor
+    check = ProcessorMixin.check_argument_for_proper_class
+
+    def waive_video(self, name, arg):
+        return None if name == "video_processor" and arg is None else check(self, name, arg)
+
+    ProcessorMixin.check_argument_for_proper_class = waive_video
+    try:
+        images = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=12845056, patch_size=14,
+                                          temporal_patch_size=2, merge_size=2)
+        return Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer, video_processor=None)
+    finally:
+        ProcessorMixin.check_argument_for_proper_class = check
+
+
+class _IdsCaptured(Exception):
+    pass
+
+
+def edit_pipeline(kind, text_encoder, processor):
+    from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline
+    cls = QwenImageEditPipeline if kind == "edit" else QwenImageEditPlusPipeline
+    pipe = cls(scheduler=None, vae=None, text_encoder=text_encoder, tokenizer=processor.tokenizer, processor=processor,
+               transformer=None)
+    if pipe.prompt_template_encode_start_idx != EDIT_DROP_IDX:
+        fail(f"{cls.__name__} drops {pipe.prompt_template_encode_start_idx} tokens, expected {EDIT_DROP_IDX}")
+    return pipe
+
+
+def stage_text_encoder_edit(out):
+    from PIL import Image
+    pipe_t2i = load_tiny(out)
+    te, tiny_tok = pipe_t2i.text_encoder, pipe_t2i.tokenizer
+    model = te.model
+    image_token_id = te.config.image_token_id
+    merge = te.config.vision_config.spatial_merge_size
+    tiny_proc, real_proc = qwen2vl_processor(tiny_tok), qwen2vl_processor(Qwen2Tokenizer.from_pretrained(str(REAL_TOKENIZER_DIR)))
+    images = {n: Image.fromarray(resample_source(w, h, seed), "RGB") for n, (w, h, seed) in TE_EDIT_IMAGES.items()}
+
+    captured = {}
+
+    def on_te_call(module, args, kwargs):
+        captured["input_ids"] = kwargs["input_ids"].clone()
+        captured["attention_mask"] = kwargs["attention_mask"].clone()
+        captured["image_grid_thw"] = kwargs["image_grid_thw"].clone()
+        if captured.get("abort"):
+            raise _IdsCaptured()
+        if captured.get("mrope"):  # what the processor returns and the Edit pipelines drop
+            kwargs = dict(kwargs, mm_token_type_ids=(kwargs["input_ids"] == image_token_id).int())
+        return args, kwargs
+
+    def on_language_model(module, args, kwargs):
+        captured["inputs_embeds"] = kwargs["inputs_embeds"][0].detach().clone()
+
+    def on_rotary(module, args, output):
+        captured["position_ids"] = args[1].detach().clone()
+
+    def on_visual(module, args, output):
+        captured["vision_rows"] = output.pooler_output.detach().clone()
+
+    hooks = [te.register_forward_pre_hook(on_te_call, with_kwargs=True),
+             model.language_model.register_forward_pre_hook(on_language_model, with_kwargs=True),
+             model.language_model.rotary_emb.register_forward_hook(on_rotary),
+             model.visual.register_forward_hook(on_visual)]
+    hidden = te.config.text_config.hidden_size
+    try:
+        with h5_create(out / "text_encoder_edit.h5",
+                       "the Edit pipelines' text side: tiny Qwen2.5-VL with image tokens, positions, prompt_embeds") as f:
+            f.attrs["drop_idx"] = np.int64(EDIT_DROP_IDX)
+            f.attrs["image_token_id"] = np.int64(image_token_id)
+            f.attrs["merge_size"] = np.int64(merge)
+            f.attrs["mrope_section"] = np.asarray(te.config.text_config.rope_parameters["mrope_section"], np.int64)
+            for name, (w, h, seed) in TE_EDIT_IMAGES.items():  # resample_source's images, not stored
+                f.attrs[f"image_{name}"] = np.asarray([w, h, seed], np.int64)
+            gc = f.create_group("cases")
+            for i, (name, kind, image_names, prompt, mrope) in enumerate(TE_EDIT_CASES):
+                imgs = [images[n] for n in image_names]
+                image_arg = imgs[0] if kind == "edit" else imgs
+                # The real tokenizer's ids of the same texts: the pipeline's own call, stopped at the encoder.
+                captured.clear()
+                captured["abort"] = True
+                try:
+                    edit_pipeline(kind, te, real_proc)._get_qwen_prompt_embeds(prompt, image_arg, device="cpu")
+                    fail("the text encoder was not called")
+                except _IdsCaptured:
+                    pass
+                real_ids = captured["input_ids"][0]
+                # The tiny model's run.
+                captured.clear()
+                captured["mrope"] = mrope
+                with torch.no_grad():
+                    pe, pm = edit_pipeline(kind, te, tiny_proc)._get_qwen_prompt_embeds(prompt, image_arg, device="cpu")
+                ids, grid = captured["input_ids"][0], captured["image_grid_thw"]
+                pos = captured["position_ids"][:, 0]  # [3, L]
+                L = ids.shape[0]
+                pads = torch.nonzero(ids == image_token_id)[:, 0]
+                if pads.numel() != int((grid.prod(-1) // merge ** 2).sum()) or pads.numel() != captured["vision_rows"].shape[0]:
+                    fail(f"{name}: {pads.numel()} image pads for grids {grid.tolist()}")
+                if int((real_ids == 151655).sum()) != pads.numel():
+                    fail(f"{name}: the real tokenizer's ids have other pads than the tiny's")
+                if not bool(captured["attention_mask"].all()) or pm.shape != (1, L - EDIT_DROP_IDX) or not bool(pm.all()):
+                    fail(f"{name}: a single prompt was padded")
+                if not torch.equal(captured["inputs_embeds"][pads], captured["vision_rows"]):
+                    fail(f"{name}: the vision rows are not at the pads")
+                arange = torch.arange(L).expand(3, L)
+                if mrope == torch.equal(pos, arange):
+                    fail(f"{name}: positions {'are' if mrope else 'are not'} 0..L-1 with mm_token_type_ids "
+                         f"{'passed' if mrope else 'dropped'}")
+                c = gc.create_group(f"{i:02d}_{name}")
+                c.attrs["pipeline"] = kind
+                c.attrs["prompt"] = prompt
+                c.attrs["images"] = ",".join(image_names)
+                c.attrs["mm_token_type_ids"] = np.int64(mrope)
+                put_text(c, "prompt_utf8", prompt)
+                put(c, "input_ids", ids, np.int64)                # tiny tokenizer, what the model ran
+                put(c, "real_input_ids", real_ids, np.int64)      # the real Qwen2.5-VL tokenizer
+                put(c, "image_grid_thw", grid, np.int64)          # [n_images, 3]
+                put(c, "pad_positions", pads, np.int64)
+                put(c, "vision_rows", captured["vision_rows"], np.float32)  # [n_pads, hidden]
+                put(c, "position_ids", pos, np.int64)             # [3, L]
+                put(c, "prompt_embeds", pe[0], np.float32)        # [L - 64, hidden]
+                put(c, "prompt_embeds_mask", pm[0], np.int64)
+        log(f"text_encoder_edit: wrote {len(TE_EDIT_CASES)} cases (hidden {hidden})")
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+# ------------------------------------------------------------------------------------------
 # Stage: transformer (tiny)
 
 def pad_text(c, valid):
@@ -2375,6 +2529,7 @@ def run_stages(out, stages):
         "vae_encoder": stage_vae_encoder,
         "vision": stage_vision,
         "transformer_edit": stage_transformer_edit,
+        "text_encoder_edit": stage_text_encoder_edit,
     }
     for s in STAGES:
         if s in stages:
