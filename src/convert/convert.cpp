@@ -18,6 +18,7 @@
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
+#include "model/qwen_image_edit_constants.h"
 #include "model/qwen_vl_vision.h"
 #include "model/scheduler.h"
 #include "model/text_encoder.h"

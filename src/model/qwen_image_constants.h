@@ -16,19 +16,4 @@ inline constexpr int kQwenImageDropIdx = 34;
 inline constexpr int kQwenImageTokenizerMaxLength = 1024;
 inline constexpr int kDefaultMaxSequenceLength = 512;
 
-// QwenImageEditPipeline's and QwenImageEditPlusPipeline's templates (the Plus one's "{}" takes
-// "Picture 1: <|vision_start|><|image_pad|><|vision_end|>..." and the prompt) and their drop index.
-#define DITBATCH_EDIT_SYSTEM_TURN                                                                              \
-  "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, texture, objects, " \
-  "background), then explain how the user's text instruction should alter or modify the image. Generate a "  \
-  "new image that meets the user's requirements while maintaining consistency with the original input where " \
-  "appropriate.<|im_end|>\n"
-inline constexpr const char* kQwenImageEditPromptTemplate =
-    DITBATCH_EDIT_SYSTEM_TURN "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{}<|im_end|>\n"
-                              "<|im_start|>assistant\n";
-inline constexpr const char* kQwenImageEditPlusPromptTemplate =
-    DITBATCH_EDIT_SYSTEM_TURN "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n";
-#undef DITBATCH_EDIT_SYSTEM_TURN
-inline constexpr int kQwenImageEditDropIdx = 64;
-
 }  // namespace ditbatch

@@ -16,6 +16,7 @@
 #include "io/weight_store.h"
 #include "model/qwen_image_21/constants.h"
 #include "model/qwen_image_constants.h"
+#include "model/qwen_image_edit_constants.h"
 #include "model/qwen_vl_vision.h"
 #include "model/scheduler.h"
 #include "model/vae_encoder.h"
