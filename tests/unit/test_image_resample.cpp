@@ -68,7 +68,8 @@ TEST(ImageResample, OneAxisResizeLeavesTheOtherAxisUntouched) {
 
 TEST(ImageResample, BadSizesAreInputErrors) {
   const RgbImage image = noise_image(6, 4, 3);
-  for (auto [w, h] : {std::pair<int64_t, int64_t>{0, 4}, {6, 0}, {-3, 4}, {int64_t{1} << 33, 4}}) {
+  for (const auto& size : {std::pair<int64_t, int64_t>{0, 4}, {6, 0}, {-3, 4}, {int64_t{1} << 33, 4}}) {
+    const int64_t w = size.first, h = size.second;  // (clang 14: a lambda may not capture a structured binding)
     const std::string message = test::input_error_of([&] { resize_bicubic(image, w, h); });
     EXPECT_NE(message.find(std::to_string(w) + "x" + std::to_string(h)), std::string::npos) << message;
     EXPECT_NE(message.find("must be"), std::string::npos) << message;
