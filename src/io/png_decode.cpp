@@ -40,6 +40,7 @@ struct PngRaster {
   png_uint_32 width = 0, height = 0;
   int bit_depth = 0, color_type = 0;
   std::vector<uint8_t> samples;
+  std::vector<png_bytep> rows;  // into samples; held here, not in read_raster (png_longjmp skips its destructors)
   std::vector<png_color> palette;
   std::string exif, xmp, raw_profile_exif;
 };
@@ -80,9 +81,9 @@ bool read_raster(png_structp png, png_infop info, png_infop end_info, PngRaster*
   if (png_get_PLTE(png, info, &palette, &n_palette)) raster->palette.assign(palette, palette + n_palette);
   const size_t row_bytes = png_get_rowbytes(png, info);
   raster->samples.resize(row_bytes * raster->height);
-  std::vector<png_bytep> rows(raster->height);
-  for (png_uint_32 y = 0; y < raster->height; ++y) rows[y] = raster->samples.data() + y * row_bytes;
-  png_read_image(png, rows.data());
+  raster->rows.resize(raster->height);
+  for (png_uint_32 y = 0; y < raster->height; ++y) raster->rows[y] = raster->samples.data() + y * row_bytes;
+  png_read_image(png, raster->rows.data());
   png_read_end(png, end_info);
   keep_metadata(png, info, raster);
   keep_metadata(png, end_info, raster);
