@@ -16,10 +16,12 @@ std::string input_image_format(std::string_view bytes) {
 void check_input_image_size(int64_t width, int64_t height, const std::string& format, const std::string& name,
                             int64_t max_pixels) {
   if (width <= 0 || height <= 0) fail_input("{}: a {} of {}x{} pixels holds no image", name, format, width, height);
-  if (width * height > max_pixels)
+  // (a header may state 2^32 - 1 a side: the product in 64 bits unsigned, never signed)
+  const uint64_t pixels = static_cast<uint64_t>(width) * static_cast<uint64_t>(height);
+  if (width > max_pixels / height)
     fail_input("{}: a {} of {}x{} = {} pixels is past the limit of {} pixels (Pillow refuses it too: a "
                "decompression bomb, or a header that lies)",
-               name, format, width, height, width * height, max_pixels);
+               name, format, width, height, pixels, max_pixels);
 }
 
 RgbImage decode_input_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
