@@ -114,9 +114,14 @@ int cmd_inspect(const std::vector<std::string>& args) {
       const SchedulerConfig scheduler = SchedulerConfig::from(store.component("scheduler").config());
       const std::unique_ptr<ImageModel> model = ImageModel::open(store);
       const GenerationDefaults defaults = model->generation_defaults();
-      std::cout << fmt::format("generate's defaults ({}): {}x{}, {} steps, {}\n", model->family(), defaults.width,
-                               defaults.height, defaults.steps,
+      const std::string size = defaults.size_from_input_images
+                                   ? std::string("the last input image's aspect at about 1024x1024")
+                                   : fmt::format("{}x{}", defaults.width, defaults.height);
+      std::cout << fmt::format("generate's defaults ({}): {}, {} steps, {}\n", model->family(), size, defaults.steps,
                                defaults.cfg > 1 ? fmt::format("true CFG {}", defaults.cfg) : std::string("CFG off"));
+      if (model->max_input_images() > 0)
+        std::cout << fmt::format("input images per prompt line: {}..{}\n", model->min_input_images(),
+                                 model->max_input_images());
       std::cout << fmt::format("GPU memory for generate (bf16, {} steps, estimate):\n", defaults.steps);
       for (const int64_t side : {1024, 1328}) {
         ImageJob job;  // the model card's steps and CFG, a prompt of up to 64 tokens
@@ -126,8 +131,11 @@ int cmd_inspect(const std::vector<std::string>& args) {
         job.true_cfg = defaults.cfg > 1;
         const int64_t limit = model->default_max_sequence_length();
         const DeviceMemoryPlan plan = model->device_memory(2, {job}, limit > 0 ? limit : 64, scheduler);
-        std::cout << fmt::format("  {}x{}: {}\n  {}x{} with --offload-text-encoder: {}\n", job.width, job.height,
-                                 plan.describe(false), job.width, job.height, plan.describe(true));
+        // An edit model's estimate counts one input image of the output's size.
+        const std::string label = fmt::format("{}x{}{}", job.width, job.height,
+                                              model->max_input_images() > 0 ? " from one input of that size" : "");
+        std::cout << fmt::format("  {}: {}\n  {} with --offload-text-encoder: {}\n", label, plan.describe(false), label,
+                                 plan.describe(true));
       }
     } catch (const InputError& e) {  // configs generate would refuse too: say why, inspect goes on
       std::cout << "  (no estimate: " << e.what() << ")\n";

@@ -77,6 +77,9 @@ void apply_family_settings(RunRequest& o, const ImageModel& model) {
   const std::string model_name = fmt::format("{} ({})", model.family(), model.pipeline_class());
   GenerationDefaults d = model.generation_defaults();
   const GivenSettings& g = o.given;
+  // A side given as 0 is out of range, not "from the input images" (only leaving it out is).
+  for (const auto& [side, name] : {std::pair{g.width, "--width"}, std::pair{g.height, "--height"}})
+    if (side && *side < 1) fail_input("{} {} is out of range (a side is at least {} pixels)", name, *side, kMinImageSide);
   if (g.width) d.width = *g.width;
   if (g.height) d.height = *g.height;
   if (g.steps) d.steps = *g.steps;
@@ -167,6 +170,7 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
   std::vector<ImageJob> jobs = resolve_jobs(entries, o.defaults, log, o.layout);
   check_input_image_counts(jobs, *model);
   inspect_input_images(jobs, omp_get_max_threads());
+  for (ImageJob& job : jobs) model->settle_input_images(job);
   std::vector<LoraRequest> requests;
   for (const std::string& text : o.loras) requests.push_back(parse_lora_argument(text));
   const LoraSet loras = model->open_loras(requests);

@@ -39,7 +39,14 @@ class ImageGenerator {
  public:
   virtual ~ImageGenerator() = default;
 
-  virtual PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) = 0;
+  // The embedding of a prompt as the family's text encoder makes it. `images`: the job's input
+  // images, which an edit model's encoder reads with the text (none for text to image: a family
+  // that takes no image refuses them). Both the prompt and the negative prompt of an edit carry them.
+  virtual PromptEmbedding encode_prompt(const std::string& prompt, const std::vector<InputImage>& images,
+                                        StageTimes* times) = 0;
+  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) {
+    return encode_prompt(prompt, std::vector<InputImage>{}, times);
+  }
   // Loading is collective under MPI (one reader per node broadcasts): every rank calls these
   // in the same order, whether or not it has images to make.
   virtual void load_text_encoder() = 0;     // idempotent

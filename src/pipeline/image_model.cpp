@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "pipeline/qwen_image_21_model.h"
+#include "pipeline/qwen_image_edit_model.h"
 #include "pipeline/qwen_image_model.h"
 
 namespace ditbatch {
@@ -19,6 +20,8 @@ const std::vector<Family>& families() {
   static const std::vector<Family> table = {
       {"QwenImagePipeline", [](const WeightStore& w) { return std::make_unique<QwenImageModel>(w); }},
       {"QwenImage21Pipeline", [](const WeightStore& w) { return std::make_unique<QwenImage21Model>(w); }},
+      {"QwenImageEditPipeline", [](const WeightStore& w) { return std::make_unique<QwenImageEditModel>(w); }},
+      {"QwenImageEditPlusPipeline", [](const WeightStore& w) { return std::make_unique<QwenImageEditModel>(w); }},
   };
   return table;
 }

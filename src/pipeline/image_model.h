@@ -52,6 +52,11 @@ class ImageModel {
   // one or more for an edit model (checked with the prompts, before any weight is read).
   virtual int min_input_images() const { return 0; }
   virtual int max_input_images() const { return 0; }
+  // Once a job's input images are inspected (their upright sizes known): refuses an image the
+  // family cannot take (an aspect its resizes round to nothing), and gives a side the prompt line
+  // and the command line left to the images (0, where GenerationDefaults::size_from_input_images)
+  // the size the family's pipeline takes from them. Reads no file.
+  virtual void settle_input_images(ImageJob& /*job*/) const {}
 
   // The --scheduler presets the family takes besides "model" (the weight file's).
   virtual std::vector<std::string> scheduler_presets() const { return {}; }

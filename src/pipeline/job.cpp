@@ -106,8 +106,10 @@ std::vector<ImageJob> resolve_jobs(const std::vector<PromptEntry>& entries, cons
                                    const Log& log, const OutputLayout& layout) {
   // The command line's values are checked (and floored) once, under their option's name:
   // one warning, not one per prompt line that did not set them.
-  const int64_t width = resolve_side(d.width, "width", "--width", d, log);
-  const int64_t height = resolve_side(d.height, "height", "--height", d, log);
+  // 0: the side is left to the input images (an edit model), which the check of the images sets.
+  const int64_t width = d.size_from_input_images && d.width == 0 ? 0 : resolve_side(d.width, "width", "--width", d, log);
+  const int64_t height =
+      d.size_from_input_images && d.height == 0 ? 0 : resolve_side(d.height, "height", "--height", d, log);
   const int64_t steps = check_steps(d.steps, "--steps", d);
   const double cfg = check_cfg(d.cfg, "--cfg");
   check_prompt_text(d.negative_prompt, "negative_prompt", "--negative-prompt");

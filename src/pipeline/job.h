@@ -22,6 +22,9 @@ struct GenerationDefaults {
   uint64_t seed = 0;
   int64_t size_multiple = 16;  // sides are floored to a multiple of this, as the pipeline does
   int64_t fixed_steps = 0;     // > 0: the checkpoint's own sigma grid fixes the steps (2.1 Turbo)
+  // An edit model: a width or height of 0 is the input images' to decide (their aspect at the
+  // pipeline's area, ImageModel::settle_input_images); resolve_jobs leaves such sides 0.
+  bool size_from_input_images = false;
   std::string model;           // the family, for messages ("Qwen-Image-2.1")
 };
 
@@ -67,7 +70,8 @@ struct ImageJob {
 };
 
 // Resolves and validates every entry before any work: sizes (multiples of defaults.size_multiple
-// after flooring, with a warning as diffusers gives; below it, or > 8192 px, is an error), steps
+// after flooring, with a warning as diffusers gives; below it, or > 8192 px, is an error; 0 where
+// defaults.size_from_input_images and neither the entry nor the defaults give the side), steps
 // (>= 2; defaults.fixed_steps where a checkpoint fixes them),
 // cfg (>= 1), unique file names. Seeds: the entry's own, else defaults.seed + index. File
 // names: "<index>-<slug>" (six digits flat, nine sharded) or the entry's name, in the

@@ -77,7 +77,9 @@ void QwenImage21Pipeline::load_text_encoder() {
   if (!text_encoder_) text_encoder_ = QwenTextEncoder::load(be_, weights_.component("text_encoder"), *reader_, log_);
 }
 
-PromptEmbedding QwenImage21Pipeline::encode_prompt(const std::string& prompt, StageTimes* times) {
+PromptEmbedding QwenImage21Pipeline::encode_prompt(const std::string& prompt, const std::vector<InputImage>& images,
+                                                   StageTimes* times) {
+  DITBATCH_CHECK(images.empty(), "encode_prompt: {} takes no input image", "QwenImage21Pipeline");
   load_text_encoder();
   return encode_prompt_21(be_, *tokenizer_, template_, *text_encoder_, prompt, times);
 }

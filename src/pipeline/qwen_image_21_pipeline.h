@@ -35,7 +35,10 @@ class QwenImage21Pipeline final : public ImageGenerator {
   // model_index.json's sample_sigmas as convert kept them (Turbo's grid); empty where it has none.
   static std::vector<double> sample_sigmas(const WeightStore& weights);
 
-  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) override;
+  using ImageGenerator::encode_prompt;
+  // Text to image: `images` must be empty.
+  PromptEmbedding encode_prompt(const std::string& prompt, const std::vector<InputImage>& images,
+                                StageTimes* times) override;
   void load_text_encoder() override;
   void release_text_encoder() override;
   void load_denoiser() override;

@@ -1,15 +1,14 @@
 #include "pipeline/qwen_image_pipeline.h"
 
 #include <cmath>
-#include <set>
 #include <utility>
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "model/lora_merge.h"
 #include "model/latent_packing.h"
 #include "model/noise.h"
 #include "pipeline/postprocess.h"
+#include "pipeline/qwen_image_transformer_load.h"
 #include "pipeline/true_cfg.h"
 
 namespace ditbatch {
@@ -52,7 +51,9 @@ void QwenImagePipeline::load_text_encoder() {
   if (!text_encoder_) text_encoder_ = QwenTextEncoder::load(be_, weights_.component("text_encoder"), *reader_, log_);
 }
 
-PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, StageTimes* times) {
+PromptEmbedding QwenImagePipeline::encode_prompt(const std::string& prompt, const std::vector<InputImage>& images,
+                                                 StageTimes* times) {
+  DITBATCH_CHECK(images.empty(), "encode_prompt: {} takes no input image", "QwenImagePipeline");
   Stopwatch watch;
   load_text_encoder();
   PromptTokens tokens = tokenize_prompt(*tokenizer_, prompt, template_, max_sequence_length_);
@@ -73,17 +74,6 @@ void QwenImagePipeline::release_text_encoder() {
   text_encoder_.reset();
 }
 
-std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, const std::vector<ImageJob>& jobs) {
-  std::set<std::pair<int64_t, int64_t>> schedules;  // (image tokens, steps)
-  for (const ImageJob& job : jobs) schedules.emplace(job.grid_h() * job.grid_w(), job.steps);
-  std::vector<float> times;
-  for (const auto& [tokens, steps] : schedules) {
-    const Schedule schedule = make_schedule(scheduler, static_cast<int>(steps), tokens);
-    for (int i = 0; i < schedule.steps(); ++i) times.push_back(schedule.model_time(i));
-  }
-  return distinct_model_times(times);
-}
-
 void QwenImagePipeline::use_loras(LoraSet loras) {
   DITBATCH_CHECK(!transformer_, "use_loras after the transformer loaded");
   loras_ = std::move(loras);
@@ -101,37 +91,8 @@ void QwenImagePipeline::load_denoiser(const std::vector<ImageJob>& jobs) { load_
 void QwenImagePipeline::load_denoiser_with(const std::optional<std::vector<ImageJob>>& jobs) {
   if (transformer_ && vae_) return;
   Stopwatch load;
-  const Component dit = weights_.component("transformer"), vae = weights_.component("vae");
-  const TransformerConfig config = TransformerConfig::from(dit.config());
-  const std::vector<float> times = jobs ? conditioning_timesteps(scheduler_, *jobs) : std::vector<float>{};
-  const size_t weight_size = dtype_size(be_.weight_dtype());
-  const int64_t count = std::ssize(times);
-  // The LoRAs go in as each weight is read, before the conditioning at load uses img_mod / txt_mod.
-  const std::unique_ptr<WeightBinder> file_binder = reader_->binder(dit);
-  LoraMergingBinder binder(*file_binder, loras_, *reader_);
-  // No image for this process (more ranks than images, a finished share) needs no conditioning either.
-  if (jobs && (times.empty() || QwenImageTransformer::conditioning_at_load_pays(config, count, weight_size))) {
-    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, binder, times);
-    const double weight_mb = static_cast<double>(QwenImageTransformer::conditioning_weight_bytes(config, weight_size)) / 1e6;
-    if (count == 0)
-      log_.info("no image for this process: the weights that compute the timestep conditioning ({:.1f} MB) were not kept",
-                weight_mb);
-    else
-      log_.info("timestep conditioning of {} model times computed while loading ({:.1f} MB); the weights that compute "
-                "it ({:.1f} MB) were not kept",
-                count, static_cast<double>(QwenImageTransformer::conditioning_bytes(config, count)) / 1e6, weight_mb);
-  } else {
-    if (jobs)
-      log_.info("{} distinct model times: conditioning computed per step, its weights kept", count);
-    transformer_ = std::make_unique<QwenImageTransformer>(be_, config, binder);
-  }
-  binder.check_all_merged();
-  if (!loras_.empty()) {
-    const double mb = static_cast<double>(binder.merged_params()) * static_cast<double>(weight_size) / 1e6;
-    log_.info("LoRA: {} file(s) merged into {} linears ({:.1f} MB of weights) in {:.3f} s ({:.2f} s per GB)",
-              loras_.files().size(), binder.merged_modules(), mb, binder.seconds(),
-              mb > 0 ? 1e3 * binder.seconds() / mb : 0.0);
-  }
+  transformer_ = load_qwen_image_transformer(be_, weights_, *reader_, loras_, scheduler_, jobs, log_);
+  const Component vae = weights_.component("vae");
   vae_ = std::make_unique<VaeDecoder>(be_, VaeConfig::from(vae.config()), *reader_->binder(vae));
   log_.info("transformer ({} blocks, {} heads x {}) and VAE loaded in {:.1f} s", transformer_->config().num_layers,
             transformer_->config().num_attention_heads, transformer_->config().attention_head_dim, load.seconds());

@@ -21,6 +21,7 @@
 #include "model/vae.h"
 #include "pipeline/image_generator.h"
 #include "pipeline/job.h"
+#include "pipeline/qwen_image_transformer_load.h"
 
 namespace ditbatch {
 
@@ -38,7 +39,10 @@ class QwenImagePipeline final : public ImageGenerator {
   // here, before anything is allocated for it.
   static void check_configs(const WeightStore& weights);
 
-  PromptEmbedding encode_prompt(const std::string& prompt, StageTimes* times = nullptr) override;
+  using ImageGenerator::encode_prompt;
+  // Text to image: `images` must be empty.
+  PromptEmbedding encode_prompt(const std::string& prompt, const std::vector<InputImage>& images,
+                                StageTimes* times) override;
   void load_text_encoder() override;
   void release_text_encoder() override;
   // Transformer + VAE. Without a list the transformer conditions each step; given every image
@@ -75,9 +79,5 @@ class QwenImagePipeline final : public ImageGenerator {
   std::unique_ptr<QwenImageTransformer> transformer_;
   std::unique_ptr<VaeDecoder> vae_;
 };
-
-// Every model time (t / 1000) the images' schedules step through, each once: what the
-// transformer's conditioning at load covers.
-std::vector<float> conditioning_timesteps(const SchedulerConfig& scheduler, const std::vector<ImageJob>& jobs);
 
 }  // namespace ditbatch

@@ -21,36 +21,49 @@ namespace {
 // Thrown from the step callback to abandon the current image on a stop signal.
 struct Abandoned {};
 
+// What a prompt is encoded with: its text and, for an edit, the job's input images (by content).
+struct PromptInput {
+  const std::string& text;
+  const std::vector<InputImage>& images;
+  std::string key() const {
+    std::string k = text;
+    for (const InputImage& image : images) k += '\0' + image.sha256;
+    return k;
+  }
+};
+
 // Prompt embeddings for the images of one run. With --offload-text-encoder every prompt this
 // process will make is encoded up front and kept on the host; the encoder is then freed
-// before the denoiser loads. Negative prompts (usually the one " ") are encoded once.
+// before the denoiser loads. Negative prompts without images (usually the one " ") are encoded
+// once; an edit's negative prompt carries its images, so it is encoded per image.
 class EmbeddingCache {
  public:
   explicit EmbeddingCache(ImageGenerator& pipeline) : pipeline_(pipeline) {}
 
-  void preencode(const std::vector<std::string>& texts, const Log& log) {
+  void preencode(const std::vector<PromptInput>& prompts, const Log& log) {
     Stopwatch watch;
     StageTimes ignored;
-    for (const auto& t : texts)
-      if (!host_.count(t)) {
-        PromptEmbedding e = pipeline_.encode_prompt(t, &ignored);
+    for (const PromptInput& p : prompts)
+      if (std::string key = p.key(); !host_.count(key)) {
+        PromptEmbedding e = pipeline_.encode_prompt(p.text, p.images, &ignored);
         e.embeds = pipeline_.backend().to_host_f32(e.embeds);
-        host_[t] = std::move(e);
+        host_[std::move(key)] = std::move(e);
       }
     log.info("encoded {} prompts in {:.1f} s; releasing the text encoder", host_.size(), watch.seconds());
     pipeline_.release_text_encoder();
   }
 
-  PromptEmbedding get(const std::string& text, bool reuse, StageTimes& times) {
-    if (auto it = reused_.find(text); it != reused_.end()) return it->second;
+  PromptEmbedding get(const PromptInput& prompt, bool reuse, StageTimes& times) {
+    const std::string key = prompt.key();
+    if (auto it = reused_.find(key); it != reused_.end()) return it->second;
     PromptEmbedding e;
-    if (auto it = host_.find(text); it != host_.end()) {
+    if (auto it = host_.find(key); it != host_.end()) {
       e = it->second;
       e.embeds = pipeline_.backend().upload(it->second.embeds, DType::F32);
     } else {
-      e = pipeline_.encode_prompt(text, &times);
+      e = pipeline_.encode_prompt(prompt.text, prompt.images, &times);
     }
-    if (reuse) reused_[text] = e;
+    if (reuse) reused_[key] = e;
     return e;
   }
 
@@ -91,14 +104,14 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
   if (opt.offload_text_encoder) {
     auto planned = work.planned();
     DITBATCH_CHECK(planned.has_value(), "--offload-text-encoder needs a work source that knows its images up front");
-    std::vector<std::string> texts;
+    std::vector<PromptInput> prompts;
     for (int64_t i : *planned) {
       const ImageJob& job = jobs[static_cast<size_t>(i)];
       if (done_already(job)) continue;
-      texts.push_back(job.prompt);
-      if (job.true_cfg) texts.push_back(job.negative_prompt);
+      prompts.push_back({job.prompt, job.images});
+      if (job.true_cfg) prompts.push_back({job.negative_prompt, job.images});
     }
-    embeddings.preencode(texts, log);
+    embeddings.preencode(prompts, log);
   }
   // One image of each schedule this process may make (complete ones included: the set is only
   // ever a superset, and costs no PNG reads): the transformer computes their timesteps'
@@ -170,9 +183,9 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
     record.started = utc_iso_now();
     GeneratedImage image;
     try {
-      PromptEmbedding prompt = embeddings.get(job.prompt, false, times);
+      PromptEmbedding prompt = embeddings.get({job.prompt, job.images}, false, times);
       std::optional<PromptEmbedding> negative;
-      if (job.true_cfg) negative = embeddings.get(job.negative_prompt, true, times);
+      if (job.true_cfg) negative = embeddings.get({job.negative_prompt, job.images}, job.images.empty(), times);
       // What decides which encoder rows the image saw: on resume, a changed limit matters
       // only to a prompt longer than it. (A family that encodes the whole prompt has none.)
       if (provenance.max_sequence_length > 0) record.max_sequence_length = provenance.max_sequence_length;
