@@ -225,15 +225,22 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("weights", po::value(&o.weights_path)->required(), "the ditbatch .h5 (ditbatch convert / make-tiny)")
       ("prompt", po::value(&o.prompts), "a prompt (repeatable)")
       ("prompts", po::value(&o.prompts_file), "a .txt (one prompt per line) or .jsonl prompt file")
+      ("image", po::value(&o.images)->composing(),
+       "an input image of every --prompt, for an edit model (repeatable: Edit-2509/2511 take several, in order); "
+       "a prompt file gives each line's as \"image\"")
       ("out", po::value(&o.run.out_dir)->required(), "output folder: PNGs and manifest.jsonl")
-      ("width", po::value<int64_t>(), "image width (the model's: 1024; floored to a multiple of 16, 2.1: of 32)")
+      ("width", po::value<int64_t>(),
+       "image width (the model's: 1024; an edit model's: the last input image's aspect at about 1024x1024; floored "
+       "to a multiple of 16, 2.1: of 32)")
       ("height", po::value<int64_t>(), "image height (the model's: 1024; floored as --width)")
-      ("steps", po::value<int64_t>(), "denoising steps (the model's: Qwen-Image 50, 2.1 40, 2.1 Turbo its 8 sigmas)")
-      ("cfg", po::value<double>(), "true CFG scale, 1 turns CFG off (the model's: Qwen-Image 4.0, 2.1 1)")
+      ("steps", po::value<int64_t>(),
+       "denoising steps (the model's: Qwen-Image 50, 2.1 40, 2.1 Turbo its 8 sigmas, Edit 50, Edit-2509/2511 40)")
+      ("cfg", po::value<double>(), "true CFG scale, 1 turns CFG off (the model's: Qwen-Image and Edit 4.0, 2.1 1)")
       ("negative-prompt", po::value<std::string>(), "negative prompt (the model's: \" \"); as in diffusers \"\" is one too: --cfg 1 turns CFG off")
       ("seed", po::value(&seed_text)->default_value("0"), "base seed: image i uses seed + i unless it has its own")
       ("max-sequence-length", po::value<int64_t>(),
-       "prompt tokens kept, 1..1024 (Qwen-Image: 512 by default; 2.1 keeps the whole prompt and takes no limit)")
+       "prompt tokens kept, 1..1024 (Qwen-Image: 512 by default; 2.1 and Edit keep the whole prompt and take no "
+       "limit)")
       ("lora", po::value(&o.loras)->composing(),
        "FILE[:STRENGTH]: a LoRA merged into the transformer at load (repeatable; strength 1 by default; several "
        "add up). Formats: diffusers/PEFT, Kohya, ComfyUI/LightX2V (diffusion_model.)")
@@ -277,7 +284,9 @@ int cmd_generate(const std::vector<std::string>& args) {
                      "images that are complete, and refuses a DIR whose images were made with other settings.\n"
                      "Defaults are the weight file's model card's: Qwen-Image 1024x1024, 50 steps, true CFG 4.0\n"
                      "with negative prompt \" \"; Qwen-Image-2.1 1024x1024 (sides multiples of 32), 40 steps\n"
-                     "(Turbo: its 8 sigmas), CFG off (--cfg 4 runs it with negative prompt \" \"), RGBA PNGs.\n"
+                     "(Turbo: its 8 sigmas), CFG off (--cfg 4 runs it with negative prompt \" \"), RGBA PNGs;\n"
+                     "Qwen-Image-Edit (50 steps) and Edit-2509/2511 (40 steps) edit each line's \"image\" (or\n"
+                     "--image), true CFG 4.0, at the last image's aspect at about 1024x1024 unless given a size.\n"
                      "Under mpirun/srun every rank takes a share.",
                      desc, nullptr, args, vm))
     return 0;

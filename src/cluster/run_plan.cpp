@@ -147,6 +147,8 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
                                      std::string& loras_json, PreviousImages& previous,
                                      std::optional<WeightStore>& weight_file) {
   if (o.prompts.empty() == o.prompts_file.empty()) fail_input("give either --prompt (repeatable) or --prompts FILE");
+  if (!o.images.empty() && !o.prompts_file.empty())
+    fail_input("--image is for --prompt; a prompt file gives each line's input images as \"image\"");
   std::vector<PromptEntry> entries;
   if (!o.prompts_file.empty()) {
     entries = read_prompt_file(o.prompts_file);
@@ -160,6 +162,7 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
       PromptEntry e;
       e.prompt = o.prompts[i];
       e.origin = fmt::format("--prompt #{}", i + 1);
+      e.images = e.image_files = o.images;  // relative to the current folder
       entries.push_back(std::move(e));
     }
   }

@@ -38,6 +38,7 @@ struct RunRequest {
   GivenSettings given;
   GenerationDefaults defaults;  // the family's, with the given settings in place (by plan_run)
   std::vector<std::string> prompts;
+  std::vector<std::string> images;  // --image: every --prompt's input images (an edit model)
   std::string prompts_file, weights_path;
   OutputLayout layout;
   RunOptions run;

@@ -40,8 +40,9 @@ void check_input_image_counts(const std::vector<ImageJob>& jobs, const ImageMode
       fail_input("{}: {} given, but {} ({}) takes at most {}", job.origin, counted(n), model.family(),
                  model.pipeline_class(), counted(most));
     if (n < least)
-      fail_input("{}: {} given, but {} ({}) edits images: give \"image\" (at least {})", job.origin, counted(n),
-                 model.family(), model.pipeline_class(), counted(least));
+      fail_input("{}: {} given, but {} ({}) edits images: give at least {} (\"image\" in a prompt line, --image "
+                 "with --prompt)",
+                 job.origin, counted(n), model.family(), model.pipeline_class(), counted(least));
   }
 }
 

@@ -16,10 +16,11 @@ namespace ditbatch {
 
 namespace {
 
-// The kept prompt rows besides the prompt's own tokens and the image pads: Edit's
-// <|vision_start|>, <|vision_end|> and the assistant turn after the prompt; Edit-Plus's
-// "Picture k: " and brackets per image (7 tokens) and the same turn. A bound, with room.
-constexpr int64_t kTemplateTokens = 16, kPictureTokens = 8;
+// The kept prompt rows besides the prompt's own tokens and the image pads, bounded by their bytes
+// (a token is at least a byte, whatever the tokenizer): the assistant turn after the prompt
+// ("<|im_end|>\n<|im_start|>assistant\n") and Edit's two vision brackets; per Edit-Plus image,
+// "Picture k: " and its brackets.
+constexpr int64_t kTemplateTokens = 16, kPictureTokens = 16;
 
 // calculate_dimensions at the image's aspect, refused where it rounds a side to nothing.
 ImageSize condition_size(const InputImage& image, int64_t area, const std::string& origin) {

@@ -49,7 +49,11 @@ class EmbeddingCache {
         e.embeds = pipeline_.backend().to_host_f32(e.embeds);
         host_[std::move(key)] = std::move(e);
       }
-    log.info("encoded {} prompts in {:.1f} s; releasing the text encoder", host_.size(), watch.seconds());
+    int64_t bytes = 0;
+    for (const auto& [key, e] : host_) bytes += static_cast<int64_t>(e.embeds.nbytes());
+    // An edit's embeddings hold its image tokens' rows (~200 to ~1400 a prompt): say what they hold.
+    log.info("encoded {} prompts in {:.1f} s ({:.1f} MB of embeddings kept in host memory); releasing the text encoder",
+             host_.size(), watch.seconds(), static_cast<double>(bytes) / 1e6);
     pipeline_.release_text_encoder();
   }
 

@@ -21,6 +21,8 @@
 #include "model/latent_packing.h"
 #include "model/noise.h"
 #include "pipeline/image_model.h"
+#include "pipeline/input_images.h"
+#include "pipeline/qwen_image_edit_model.h"
 #include "pipeline/qwen_image_edit_pipeline.h"
 #include "test_util.h"
 
@@ -114,6 +116,12 @@ void expect_pixels(const uint8_t* rgb, int64_t n, const Tensor& expected, const 
 }
 
 bool says(const std::string& output, const std::string& text) { return output.find(text) != std::string::npos; }
+
+int64_t spec_bytes(const std::vector<WeightSpec>& specs, int64_t dtype_size) {
+  int64_t n = 0;
+  for (const WeightSpec& s : specs) n += shape_numel(s.shape);
+  return n * dtype_size;
+}
 
 }  // namespace
 
@@ -227,5 +235,116 @@ TEST(GenerateEdit, MakesDiffusersImagesFromTheConvertedFolders) {
     r = test::run(command);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_TRUE(says(r.output, "every image of this slice is complete")) << r.output;
+  }
+}
+
+namespace {
+
+// A w x h RGB PNG of a deterministic gradient, at `path`.
+void write_gradient_png(const std::string& path, int64_t width, int64_t height) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(width * height * 3));
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 7 + i / 3) % 251);
+  test::write_text(path, encode_png(rgb.data(), width, height, 3, {}));
+}
+
+}  // namespace
+
+// A side the line leaves out is the one diffusers takes from the last image (height = height or
+// calculated_height); --image gives every --prompt its images; an image whose aspect the
+// pipeline's resizes round to nothing, or whose output would be past 8192 a side, is refused
+// before any weight is read, naming the line and the file.
+TEST(GenerateEdit, SizesFromTheImageAndImagesForPromptsFromTheCommandLine) {
+  TempDir dir;
+  const h5::File f = h5::File::open_read(test::golden("pipeline_edit.h5"));
+  const EditCase c = case_of("plus2511_one_jpeg", case_group(f, "plus2511_one_jpeg"));
+  const std::string weights = edit_weights(c.overlay), jpeg = test::golden("input_images/" + c.images[0]);
+  test::write_text(dir / "p.jsonl", nlohmann::json({{"prompt", c.prompt}, {"width", 64}, {"steps", 2}, {"name", "w64"},
+                                                    {"image", jpeg}})
+                                            .dump() +
+                                        "\n");
+  auto r = test::run(fmt::format("{} generate --weights {} --out {} --prompts {}", test::exe(), weights, dir / "a",
+                                 dir / "p.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const PngImage w64 = read_png(dir / "a/w64.png");
+  EXPECT_EQ(w64.width, 64);
+  EXPECT_EQ(w64.height, c.default_height);
+
+  // --prompt with --image: the case's image and settings, diffusers' pixels.
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt '{}' --image {} --negative-prompt '{}' --seed {} "
+                            "--cfg {} --steps {} --width {} --height {}",
+                            test::exe(), weights, dir / "b", c.prompt, jpeg, c.negative_prompt, c.seed, c.cfg, c.steps,
+                            c.width, c.height));
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<std::string> pngs;
+  for (const auto& entry : fs::directory_iterator(dir / "b"))
+    if (entry.path().extension() == ".png") pngs.push_back(entry.path());
+  ASSERT_EQ(pngs.size(), 1u);
+  const PngImage made = read_png(pngs[0]);
+  expect_pixels(made.pixels.data(), std::ssize(made.pixels), case_group(f, c.name).read_tensor("image_uint8"), c.name);
+
+  // No image for an edit model, --image with a prompt file: refused, nothing made.
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x", test::exe(), weights, dir / "c"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "--prompt #1: 0 images given, but Qwen-Image-Edit-2511 (QwenImageEditPlusPipeline) edits "
+                             "images: give at least 1 image (\"image\" in a prompt line, --image with --prompt)"))
+      << r.output;
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompts {} --image {}", test::exe(), weights, dir / "c",
+                            dir / "p.jsonl", jpeg));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "--image is for --prompt")) << r.output;
+
+  // 1 x 600: Edit-Plus's prompt side (384² at its aspect) rounds its width to 0. 20 x 4000 sizes
+  // fine on both sides, but the output it gives (1024² at its aspect: 64 x 14496) is past 8192.
+  write_gradient_png(dir / "thin.png", 1, 600);
+  write_gradient_png(dir / "tall.png", 20, 4000);
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x --image {} --width 64 --height 64",
+                            test::exe(), weights, dir / "c", dir / "thin.png"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "--prompt #1: \"image\" " + (dir / "thin.png") + " is 1x600: at the Edit pipeline's area "
+                             "of 147456 pixels its aspect rounds to 0x"))
+      << r.output;
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x --image {}", test::exe(), weights, dir / "c",
+                            dir / "tall.png"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "is past 8192 pixels a side; give width and height")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "c"));
+}
+
+// The estimates count what the pipelines run: the condition tokens diffusers encoded (its
+// condition latents' rows), a text bound no smaller than its prompt embeddings, the vision tower
+// and the VAE encoder among the weights (their own weight specs, an independent count).
+TEST(EditMemoryPlan, CountsTheConditionTokensTheTowerAndTheVaeEncoder) {
+  const h5::File f = h5::File::open_read(test::golden("pipeline_edit.h5"));
+  for (const std::string& name : case_names()) {
+    SCOPED_TRACE(name);
+    const h5::Group g = case_group(f, name);
+    const EditCase c = case_of(name, g);
+    const WeightStore weights = WeightStore::open(edit_weights(c.overlay));
+    const std::unique_ptr<ImageModel> model = ImageModel::open(weights);
+    const auto& edit = dynamic_cast<const QwenImageEditModel&>(*model);
+    std::vector<ImageJob> jobs = {job_of(c)};
+    inspect_input_images(jobs, 1);
+    const QwenImageEditModel::JobShape shape = edit.shape_of(jobs[0]);
+    EXPECT_EQ(shape.noise_tokens, g.read_tensor("noise").dim(1));
+    EXPECT_EQ(shape.condition_tokens, g.read_tensor("condition_latents").dim(1));
+    const int64_t text = std::max(g.read_tensor("prompt_embeds").dim(1), g.read_tensor("negative_prompt_embeds").dim(1));
+    EXPECT_GE(shape.text_tokens, text);
+    EXPECT_LE(shape.text_tokens, text + 64);
+
+    const DeviceMemoryPlan plan = model->device_memory(2, jobs, 0, SchedulerConfig{});
+    const Component te = weights.component("text_encoder"), vae = weights.component("vae");
+    const VaeConfig vc = VaeConfig::from(vae.config());
+    EXPECT_EQ(plan.text_encoder,
+              spec_bytes(QwenTextEncoder::weight_specs(TextEncoderConfig::from(te.config()), QwenTextEncoder::tensor_prefix(te)), 2) +
+                  spec_bytes(QwenVisionTower::weight_specs(VisionConfig::from(te.config())), 2));
+    EXPECT_EQ(plan.vae, spec_bytes(VaeDecoder::weight_specs(vc), 2) + spec_bytes(VaeEncoder::weight_specs(vc), 2));
+    // One more image: more work per step (its condition tokens), the same weights.
+    std::vector<ImageJob> more = jobs;
+    more[0].images.push_back(more[0].images.back());
+    const DeviceMemoryPlan bigger = model->device_memory(2, more, 0, SchedulerConfig{});
+    EXPECT_GE(bigger.denoise_activations, plan.denoise_activations);
+    EXPECT_EQ(bigger.text_encoder + bigger.transformer + bigger.vae, plan.text_encoder + plan.transformer + plan.vae);
+    EXPECT_GT(model->host_run(more, 0).image_flops, model->host_run(jobs, 0).image_flops);
+    EXPECT_GT(edit.shape_of(more[0]).condition_tokens, shape.condition_tokens);
   }
 }
