@@ -348,3 +348,36 @@ TEST(EditMemoryPlan, CountsTheConditionTokensTheTowerAndTheVaeEncoder) {
     EXPECT_GT(edit.shape_of(more[0]).condition_tokens, shape.condition_tokens);
   }
 }
+
+// The Lightning command line on Edit-2511: a LoRA in ComfyUI/LightX2V keys merged into the
+// transformer, the lightning scheduler, no CFG; diffusers' latents and image
+// (load_lora_weights + set_adapters on QwenImageEditPlusPipeline).
+TEST(GenerateEdit, ALoraAndTheLightningSchedulerMakeDiffusersImage) {
+  TempDir dir;
+  const h5::File f = h5::File::open_read(test::golden("pipeline_edit.h5"));
+  const h5::Group g = f.root().open_group("lora").open_group("plus2511_lora_lightning");
+  const std::vector<std::string> images = nlohmann::json::parse(g.attr_string("images")).get<std::vector<std::string>>();
+  const std::vector<std::string> loras = nlohmann::json::parse(g.attr_string("lora_files")).get<std::vector<std::string>>();
+  const std::vector<double> strengths = g.attr_doubles("lora_strengths");
+  ASSERT_EQ(images.size(), 1u);
+  ASSERT_EQ(loras.size(), 1u);
+  ASSERT_EQ(g.attr_string("scheduler"), "lightning");
+  const auto r = test::run(fmt::format(
+      "{} generate --weights {} --out {} --prompt '{}' --image {} --lora {}:{} --scheduler lightning --cfg 1 --steps {} "
+      "--seed {} --width {} --height {} --output-type latent",
+      test::exe(), edit_weights(g.attr_string("pipeline")), dir / "out", g.read_bytes("prompt_utf8"),
+      test::golden("input_images/" + images[0]), test::golden("lora/" + loras[0]), strengths[0], g.attr_int("steps"),
+      g.attr_int("seed"), g.attr_int("width"), g.attr_int("height")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string stem;
+  for (const auto& entry : fs::directory_iterator(dir / "out"))
+    if (entry.path().extension() == ".png") stem = entry.path().stem();
+  ASSERT_FALSE(stem.empty()) << r.output;
+  const PngImage png = read_png(dir / ("out/" + stem + ".png"));
+  expect_pixels(png.pixels.data(), std::ssize(png.pixels), g.read_tensor("image_uint8"), "image_uint8");
+  const Tensor want = test::squeeze0(g.read_tensor("final_latents"));  // [S0, 64]
+  const Tensor got = h5::File::open_read(dir / ("out/" + stem + ".latents.h5")).root().read_tensor("latents");
+  expect_close(got.view(want.shape()), want, "final latents");
+  const std::map<std::string, std::string> text(png.text.begin(), png.text.end());
+  EXPECT_TRUE(says(text.at("parameters"), "<lora:comfy_bf16:1>")) << text.at("parameters");
+}

@@ -35,6 +35,11 @@ CASES = [
     ("plus2509_one_webp", "tiny-pipeline-edit-2509", ["lossy.webp"], "relight it", "blurry", 3.0, (80, 48), 7102),
     ("edit_one_grey", "tiny-pipeline-edit", ["grey.jpg"], "add a hat", " ", 4.0, (64, 32), 7103),
 ]
+# The Lightning command line on Edit-2511: a ComfyUI/LightX2V-format LoRA of the lora stage's files
+# (as the published Edit Lightning LoRAs are), the lightning scheduler, no CFG. Only its final
+# latents and image are kept (the golden budget); the cases above check every stage.
+LORA_CASE = ("plus2511_lora_lightning", "tiny-pipeline-edit-2511", ["q90_420.jpg"], "make the sky red",
+             [("comfy_bf16", 1.0)], 4, (48, 64), 7104)
 PIPELINES = {
     "tiny-pipeline-edit-2511": ("QwenImageEditPlusPipeline", True),
     "tiny-pipeline-edit-2509": ("QwenImageEditPlusPipeline", False),
@@ -145,7 +150,59 @@ def run_case(pipe, images, prompt, negative, cfg, size, seed):
     return first, image_float, np.asarray(image_pil.convert("RGB"), dtype=np.uint8)
 
 
-def stage_pipeline_edit(out, load_tiny, h5_create, put, put_text, log):
+def run_lora_case(pipe, images_dir, lightning_config, put, put_text, log, g):
+    """The LoRA case into group g: diffusers' load_lora_weights + set_adapters and the lightning
+    scheduler, no negative prompt; refused if the LoRA hardly changes the image."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.utils import load_image
+    name, folder, files, prompt, adapters, steps, (height, width), seed = LORA_CASE
+    lora_dir = Path(images_dir).parent / "lora"
+    model_scheduler = pipe.scheduler
+    pipe.scheduler = FlowMatchEulerDiscreteScheduler.from_config(lightning_config)
+    try:
+        for stem, _ in adapters:
+            pipe.load_lora_weights(str(lora_dir / f"{stem}.safetensors"), adapter_name=stem)
+        pipe.set_adapters([s for s, _ in adapters], [w for _, w in adapters])
+        images = [load_image(str(Path(images_dir) / n)) for n in files]
+        kwargs = dict(image=images[0], prompt=prompt, negative_prompt=None, true_cfg_scale=1.0,
+                      num_inference_steps=steps, height=height, width=width, output_type="latent")
+
+        def run():
+            latents = pipe(generator=torch.Generator().manual_seed(seed), **kwargs).images
+            args = dict(kwargs, output_type="pil")
+            image = pipe(generator=torch.Generator().manual_seed(seed), **args).images[0]
+            return latents, np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+        latents, image = run()
+        pipe.disable_lora()
+        plain_latents, plain_image = run()
+        pipe.enable_lora()
+    finally:
+        pipe.unload_lora_weights()
+        pipe.scheduler = model_scheduler
+    effect = ((latents - plain_latents).norm() / plain_latents.norm()).item()
+    changed = float(np.mean(image != plain_image))
+    if not (effect > 0.01 and changed > 0.1):
+        raise SystemExit(f"pipeline_edit: {name}: the LoRA moves the latents by {effect:.3g} and changes {changed:.1%} "
+                         "of the image: a golden that cannot tell a LoRA from none")
+    c = g.create_group(name)
+    c.attrs["pipeline"] = folder
+    c.attrs["images"] = json.dumps(files)
+    c.attrs["lora_files"] = json.dumps([f"{s}.safetensors" for s, _ in adapters])
+    c.attrs["lora_strengths"] = np.asarray([w for _, w in adapters], dtype=np.float64)
+    c.attrs["scheduler"] = "lightning"
+    c.attrs["steps"] = np.int64(steps)
+    c.attrs["seed"] = np.int64(seed)
+    c.attrs["height"] = np.int64(height)
+    c.attrs["width"] = np.int64(width)
+    put_text(c, "prompt_utf8", prompt)
+    put(c, "final_latents", latents, np.float32)
+    put(c, "image_uint8", image, np.uint8)
+    log(f"pipeline_edit: {name}: the LoRA moves the latents by {effect:.3f} (relative), changes {changed:.0%} of the "
+        "pixels")
+
+
+def stage_pipeline_edit(out, load_tiny, h5_create, put, put_text, log, lightning_config):
     from diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus import calculate_dimensions
     from diffusers.utils import load_image
     base = load_tiny(Path(out))
@@ -191,3 +248,4 @@ def stage_pipeline_edit(out, load_tiny, h5_create, put, put_text, log):
             put(c, "image_uint8", image_uint8, np.uint8)
             log(f"pipeline_edit: {name}: {image_uint8.shape[1]}x{image_uint8.shape[0]}, "
                 f"{noise.shape[1]} + {condition.shape[1]} image tokens, text {r['encode'][0][0].shape[1]}")
+        run_lora_case(pipes[LORA_CASE[1]], images_dir, lightning_config, put, put_text, log, f.create_group("lora"))

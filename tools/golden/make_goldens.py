@@ -2525,7 +2525,7 @@ def run_stages(out, stages):
         "input_images": lambda out: golden_input_images.stage_input_images(out, h5_create, put, put_text, log),
         "image_processor": stage_image_processor,
         "pipeline_edit": lambda out: golden_pipeline_edit.stage_pipeline_edit(out, load_tiny, h5_create, put, put_text,
-                                                                             log),
+                                                                             log, LIGHTNING_SCHEDULER_CONFIG),
         "vae_encoder": stage_vae_encoder,
         "vision": stage_vision,
         "transformer_edit": stage_transformer_edit,
