@@ -63,9 +63,16 @@ ShardMode resolve_shard_mode(ShardMode requested, const std::vector<ImageJob>& j
     fail_input("--offload-text-encoder needs to know a rank's prompts up front: use --shard contiguous or strided");
   if (requested != ShardMode::Auto) return requested;
   if (offload_text_encoder) return ShardMode::Contiguous;
+  // An edit's cost also follows its input images: their count and sizes (each adds its condition
+  // tokens to every step).
+  auto input_sizes = [](const ImageJob& j) {
+    std::vector<std::pair<int64_t, int64_t>> sizes;
+    for (const InputImage& image : j.images) sizes.emplace_back(image.width, image.height);
+    return sizes;
+  };
   for (const auto& j : jobs)
     if (j.width != jobs[0].width || j.height != jobs[0].height || j.steps != jobs[0].steps ||
-        j.true_cfg != jobs[0].true_cfg)
+        j.true_cfg != jobs[0].true_cfg || input_sizes(j) != input_sizes(jobs[0]))
       return ShardMode::Dynamic;
   return ShardMode::Contiguous;
 }

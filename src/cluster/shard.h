@@ -5,7 +5,7 @@
 //   strided     index mod world size
 //   dynamic     the next index from a counter at rank 0 (MPI_Fetch_and_op): balanced when
 //               images differ in size or steps
-//   auto        dynamic when sizes/steps differ, else contiguous (contiguous also with
+//   auto        dynamic when sizes, steps, CFG or input images' sizes differ, else contiguous (contiguous also with
 //               --offload-text-encoder, which needs to know its prompts up front)
 #pragma once
 

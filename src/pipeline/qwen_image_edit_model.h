@@ -17,9 +17,9 @@
 
 namespace ditbatch {
 
-// Edit-Plus takes any number of images in diffusers; the model was trained on up to three. More
-// than this many is refused as a slip (each 1024² image adds 4096 tokens to every step).
-inline constexpr int kMaxEditPlusInputImages = 16;
+// Edit-Plus's "Picture k" prompts were trained for one to three images (the model cards); diffusers
+// would take more, each 1024² image adding 4096 tokens to every step.
+inline constexpr int kMaxEditPlusInputImages = 3;
 
 class QwenImageEditModel final : public ImageModel {
  public:

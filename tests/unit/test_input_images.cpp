@@ -13,6 +13,7 @@
 #include "io/h5.h"
 #include "io/image_read.h"
 #include "core/sha256.h"
+#include "cluster/shard.h"
 #include "pipeline/input_images.h"
 #include "tiny_model.h"
 #include "test_util.h"
@@ -240,3 +241,22 @@ TEST(InputImages, ATextToImageModelRefusesAnImageBeforeAnyWork) {
 
 }  // namespace
 }  // namespace ditbatch
+
+// --shard auto: images that cost alike are split in blocks; edits whose input images differ in
+// number or size cost differently (each adds its condition tokens to every step) and are handed
+// out one at a time.
+TEST(InputImages, AutoShardingIsDynamicWhenTheInputsDiffer) {
+  ditbatch::ImageJob a;
+  a.width = a.height = 512;
+  a.steps = 40;
+  a.images = {{"a.png", "a.png", "", 640, 480}};
+  std::vector<ditbatch::ImageJob> same = {a, a};
+  same[1].images[0].path = same[1].images[0].file = "b.png";  // another file of the same size
+  EXPECT_EQ(ditbatch::resolve_shard_mode(ditbatch::ShardMode::Auto, same, false), ditbatch::ShardMode::Contiguous);
+  std::vector<ditbatch::ImageJob> larger = same;
+  larger[1].images[0].width = 1920;
+  EXPECT_EQ(ditbatch::resolve_shard_mode(ditbatch::ShardMode::Auto, larger, false), ditbatch::ShardMode::Dynamic);
+  std::vector<ditbatch::ImageJob> two = same;
+  two[1].images.push_back(two[1].images[0]);
+  EXPECT_EQ(ditbatch::resolve_shard_mode(ditbatch::ShardMode::Auto, two, false), ditbatch::ShardMode::Dynamic);
+}

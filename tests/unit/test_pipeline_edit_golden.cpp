@@ -174,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(AllCases, PipelineEditGolden, ::testing::ValuesIn(case_
 
 // `generate` on each converted Edit folder: its cases as prompt lines (the images named relative
 // to the prompt file), the PNGs diffusers' images; a line that gives no size takes the one
-// diffusers takes from its last image; a rerun finds every image complete.
+// diffusers takes from its last image; a rerun finds every image complete, and remakes those
+// whose input image changed.
 TEST(GenerateEdit, MakesDiffusersImagesFromTheConvertedFolders) {
   TempDir dir;
   const h5::File f = h5::File::open_read(test::golden("pipeline_edit.h5"));
@@ -235,6 +236,21 @@ TEST(GenerateEdit, MakesDiffusersImagesFromTheConvertedFolders) {
     r = test::run(command);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_TRUE(says(r.output, "every image of this slice is complete")) << r.output;
+    if (cases.size() == 1) {
+      // Its input replaced by other bytes: the two edits of it are made again, from the new file,
+      // and record its new sha256.
+      const std::string input = dir / ("prompts/pictures/" + first.images.back());
+      const std::string other = first.images.back() == "grey.jpg" ? "q90_420.jpg" : "grey.jpg";
+      fs::copy_file(test::golden("input_images/" + other), input, fs::copy_options::overwrite_existing);
+      r = test::run(command);
+      ASSERT_EQ(r.status, 0) << r.output;
+      EXPECT_TRUE(says(r.output, "2 done, 0 skipped")) << r.output;
+      const std::map<std::string, std::string> text = [&] {
+        const PngImage png = read_png(out + "/" + first.name + ".png");
+        return std::map<std::string, std::string>(png.text.begin(), png.text.end());
+      }();
+      EXPECT_EQ(nlohmann::json::parse(text.at("input_images"))[0]["sha256"], sha256_hex(test::read_text(input)));
+    }
   }
 }
 
