@@ -152,6 +152,7 @@ RankReport run_this_rank(const GenerateOptions& o, ShardMode requested_shard, co
     const std::unique_ptr<ImageGenerator> generator = model->make_generator(*backend, log, o.max_sequence_length, reader);
     ImageGenerator& pipeline = *generator;
     pipeline.use_scheduler(scheduler);
+    pipeline.use_text_positions(o.text_positions);
     pipeline.use_loras(plan.loras);
     // This rank's share: known for static shards, an even share for dynamic ones.
     const auto planned = work->planned();
@@ -220,6 +221,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   install_stop_handlers();  // first: a signal during start-up must not kill the process
   GenerateOptions o;
   std::string seed_text;  // parsed here: Boost reads "-3" into an unsigned as 2^64 - 3
+  std::string text_positions;
   po::options_description desc("options");
   desc.add_options()
       ("weights", po::value(&o.weights_path)->required(), "the ditbatch .h5 (ditbatch convert / make-tiny)")
@@ -247,6 +249,9 @@ int cmd_generate(const std::vector<std::string>& args) {
       ("scheduler", po::value(&o.scheduler)->default_value("model"),
        "model (the weight file's) | lightning (Qwen-Image: base_shift = max_shift = ln 3, no shift_terminal: for "
        "the Lightning LoRAs, with --steps 8 --cfg 1)")
+      ("text-positions", po::value(&text_positions)->default_value("sequential"),
+       "an edit model's image tokens in its text encoder: sequential (as diffusers 0.42.1 numbers them) | mrope "
+       "(the 3-D positions the model was trained with; recorded with each image)")
       ("scheduler-config", po::value(&o.scheduler_config),
        "a diffusers scheduler_config.json (FlowMatchEulerDiscreteScheduler) in place of the weight file's")
       ("output-type", po::value(&o.output_type)->default_value("png"), "png | latent (also writes <name>.latents.h5)")
@@ -304,6 +309,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   const ShardMode requested_shard = parse_shard_mode(o.shard);
   if (o.ranks_per_gpu < 1) fail_input("--ranks-per-gpu {} must be at least 1", o.ranks_per_gpu);
   o.defaults.seed = parse_seed(seed_text, "--seed");
+  o.text_positions = parse_text_position_mode(text_positions, "--text-positions");
   if (vm.count("width")) o.given.width = vm["width"].as<int64_t>();
   if (vm.count("height")) o.given.height = vm["height"].as<int64_t>();
   if (vm.count("steps")) o.given.steps = vm["steps"].as<int64_t>();

@@ -109,7 +109,8 @@ void check_family_scheduler(const RunRequest& o, const ImageModel& model) {
 
 
 DenoiserSetup denoiser_setup(const RunRequest& o, const WeightStore& weights, const LoraSet& loras) {
-  return DenoiserSetup::of(loras, chosen_scheduler(o, weights), SchedulerConfig::from(weights.component("scheduler").config()));
+  return DenoiserSetup::of(loras, chosen_scheduler(o, weights), SchedulerConfig::from(weights.component("scheduler").config()),
+                           o.text_positions);
 }
 
 // What an image of this run is made with, as a previous run's record of it is compared: the one
@@ -182,6 +183,10 @@ std::vector<ImageJob> validate_input(RunRequest& o, const World& world, const Lo
              f.sha256.substr(0, 12));
   const DenoiserSetup denoiser = denoiser_setup(o, weights, loras);
   check_family_scheduler(o, *model);
+  if (o.text_positions != TextPositionMode::Sequential && model->max_input_images() == 0)
+    fail_input("--text-positions {}: {} ({}) takes no input image, so its prompts hold no image tokens to number; "
+               "remove the option",
+               text_position_mode_name(o.text_positions), model->family(), model->pipeline_class());
   if (o.runs_on_cpu && o.runs_on_cpu()) check_cpu_run(*model, jobs, o, world, log);
   check_output_dir(o.run.out_dir);
   if (o.layout.kind != OutputLayout::Kind::Flat) check_output_folders(o.run.out_dir);

@@ -20,6 +20,7 @@
 #include "io/weight_store.h"
 #include "model/lora.h"
 #include "model/scheduler.h"
+#include "model/text_positions.h"
 #include "pipeline/job.h"
 #include "pipeline/output_layout.h"
 #include "pipeline/runner.h"
@@ -47,6 +48,7 @@ struct RunRequest {
   int64_t array_index = -1, array_count = -1;
   std::vector<std::string> loras;  // --lora FILE[:STRENGTH], each
   std::string scheduler, scheduler_config;
+  TextPositionMode text_positions = TextPositionMode::Sequential;  // --text-positions
   // Whether the run's backend is the CPU's (then its host memory and time are checked first);
   // asked on rank 0 only, while it checks the input.
   std::function<bool()> runs_on_cpu;

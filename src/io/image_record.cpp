@@ -42,6 +42,7 @@ json ImageRecord::to_json() const {
   j["model_checksum"] = model_checksum;
   j["loras"] = loras;
   j["scheduler"] = scheduler;
+  if (!text_positions.empty()) j["text_positions"] = text_positions;
   if (max_sequence_length) j["max_sequence_length"] = *max_sequence_length;
   if (prompt_tokens) j["prompt_tokens"] = *prompt_tokens;
   if (negative_prompt_tokens) j["negative_prompt_tokens"] = *negative_prompt_tokens;
@@ -188,6 +189,7 @@ ImageRecord ImageRecord::from_json(const json& object) {
   read.string("model_checksum", r.model_checksum);
   read.array("loras", r.loras);
   read.string("scheduler", r.scheduler);
+  read.string("text_positions", r.text_positions);
   read.integer("max_sequence_length", r.max_sequence_length);
   read.integer("prompt_tokens", r.prompt_tokens);
   read.integer("negative_prompt_tokens", r.negative_prompt_tokens);

@@ -41,6 +41,7 @@ struct ImageRecord {
   std::string model, model_checksum;
   nlohmann::json loras = nlohmann::json::array();
   std::string scheduler;
+  std::string text_positions;  // an edit's image-token positions where not the default ("mrope"); "" otherwise
   // The prompt token limit and how many tokens each prompt had (absent when encoding failed).
   std::optional<int64_t> max_sequence_length, prompt_tokens, negative_prompt_tokens;
   std::optional<int64_t> images_per_tar;  // a WebDataset folder's

@@ -12,17 +12,17 @@ enum Field : uint8_t {
   kIndex, kStatus, kFile, kSha256, kFileStat, kLatentsFile, kLatentsSha256, kLatentsFileStat, kPrompt,
   kNegativePrompt, kSeed, kWidth, kHeight, kSteps, kCfg, kModelChecksum, kMaxSequenceLength, kPromptTokens,
   kNegativePromptTokens, kLoras, kScheduler, kImagesPerTar, kMember, kMemberOffset, kMemberSize, kJsonFile,
-  kJsonSha256, kJsonFileStat, kJsonMember, kJsonMemberOffset, kJsonMemberSize, kInputImages, kFieldCount,
+  kJsonSha256, kJsonFileStat, kJsonMember, kJsonMemberOffset, kJsonMemberSize, kInputImages, kTextPositions, kFieldCount,
   kOther = kFieldCount
 };
-static_assert(kFieldCount <= 32, "a field's bit in `seen`");
+static_assert(kFieldCount <= 64, "a field's bit in `seen`");
 
 constexpr std::array<std::string_view, kFieldCount> kNames = {
     "index", "status", "file", "sha256", "file_stat", "latents_file", "latents_sha256", "latents_file_stat",
     "prompt", "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum",
     "max_sequence_length", "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "images_per_tar",
     "member", "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
-    "json_member_offset", "json_member_size", "input_images"};
+    "json_member_offset", "json_member_size", "input_images", "text_positions"};
 
 Field field_of(std::string_view key) {
   for (uint8_t f = 0; f < kFieldCount; ++f)
@@ -94,13 +94,13 @@ ManifestFieldParser::Verdict ManifestFieldParser::parse(std::string_view line, M
   simdjson::dom::object object;
   if (doc.get_object().get(object) != simdjson::SUCCESS) return NotALine;
   out = ManifestFields();
-  uint32_t seen = 0;
+  uint64_t seen = 0;
   bool unsure = false, has_index = false;
   for (const auto field : object) {
     const Field f = field_of(field.key);
     if (f == kOther) continue;
-    if (seen & (1u << f)) return Unsure;
-    seen |= 1u << f;
+    if (seen & (uint64_t{1} << f)) return Unsure;
+    seen |= uint64_t{1} << f;
     const element v = field.value;
     switch (f) {
       case kIndex:
@@ -147,6 +147,10 @@ ManifestFieldParser::Verdict ManifestFieldParser::parse(std::string_view line, M
       case kJsonMember: out.json_member = string_or_none(v); break;
       case kJsonMemberOffset: out.json_member_offset = integer<int64_t>(v).value_or(-1); break;
       case kJsonMemberSize: out.json_member_size = integer<int64_t>(v).value_or(-1); break;
+      case kTextPositions:
+        if (!v.is_string()) return Unsure;
+        out.text_positions = std::string_view(v);
+        break;
       case kScheduler:
         if (!v.is_string()) return Unsure;  // what the full path makes of it is its own affair
         out.scheduler = std::string_view(v);

@@ -34,6 +34,7 @@ struct ManifestFields {
   std::string loras = "[]";                     // the value, minified ("[]" when absent)
   std::string input_images;                     // the value, minified ("" when absent)
   std::optional<std::string_view> scheduler;    // nullopt: absent
+  std::string_view text_positions;              // "" when absent (the default)
   // A WebDataset folder's: images_per_tar as an integer field is read; the record beside a
   // staged PNG as the image's file; a packed image's members (nullopt unless a string; an
   // offset or size -1 unless an integer, as output_check reads them).

@@ -43,4 +43,16 @@ TextPositionIds mrope_positions(int64_t length, const std::vector<ImageTokenSpan
   return pos;
 }
 
+const char* text_position_mode_name(TextPositionMode mode) {
+  return mode == TextPositionMode::MRope ? "mrope" : "sequential";
+}
+
+TextPositionMode parse_text_position_mode(const std::string& name, const std::string& what) {
+  if (name == "sequential") return TextPositionMode::Sequential;
+  if (name == "mrope") return TextPositionMode::MRope;
+  fail_input("{} '{}' (expected sequential, as diffusers 0.42.1 numbers an edit's image tokens, or mrope, the 3-D "
+             "positions the model was trained with)",
+             what, name);
+}
+
 }  // namespace ditbatch

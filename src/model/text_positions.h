@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ditbatch {
@@ -40,6 +41,11 @@ TextPositionIds sequential_positions(int64_t length);
 // axes and moves the cursor by n; an image gets T = p + t, H = p + row, W = p + column (t-major,
 // then row-major) and moves the cursor by max(grid_h, grid_w).
 TextPositionIds mrope_positions(int64_t length, const std::vector<ImageTokenSpan>& images);
+
+// "sequential" / "mrope", as --text-positions names them and an image's record keeps them.
+const char* text_position_mode_name(TextPositionMode mode);
+// The mode of a name; an InputError naming `what` and the names for any other.
+TextPositionMode parse_text_position_mode(const std::string& name, const std::string& what);
 
 inline TextPositionIds text_positions(TextPositionMode mode, int64_t length, const std::vector<ImageTokenSpan>& images) {
   return mode == TextPositionMode::MRope ? mrope_positions(length, images) : sequential_positions(length);

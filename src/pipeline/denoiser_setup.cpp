@@ -27,8 +27,10 @@ SchedulerConfig resolve_scheduler(const SchedulerConfig& model, const std::strin
   fail_input("--scheduler '{}' (expected model, the weight file's, or lightning)", name);
 }
 
-DenoiserSetup DenoiserSetup::of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model) {
-  return {loras.provenance(), scheduler.describe(), model.describe()};
+DenoiserSetup DenoiserSetup::of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model,
+                                TextPositionMode positions) {
+  return {loras.provenance(), scheduler.describe(), model.describe(),
+          positions == TextPositionMode::Sequential ? "" : text_position_mode_name(positions)};
 }
 
 namespace {
@@ -59,6 +61,13 @@ std::vector<std::string> changed_denoiser_settings(const DenoiserSetup& setup, c
                                      : recorded->is_string()  ? recorded->get<std::string>()
                                                               : recorded->dump();
   if (scheduler_then != setup.scheduler) changes.push_back(fmt::format("scheduler {}, now {}", scheduler_then, setup.scheduler));
+  const auto positions = record.find("text_positions");  // absent: sequential, the default
+  const std::string positions_then = positions == record.end() ? ""
+                                     : positions->is_string()  ? positions->get<std::string>()
+                                                               : positions->dump();
+  if (positions_then != setup.text_positions)
+    changes.push_back(fmt::format("text_positions {}, now {}", positions_then.empty() ? "sequential" : positions_then,
+                                  setup.text_positions.empty() ? "sequential" : setup.text_positions));
   return changes;
 }
 

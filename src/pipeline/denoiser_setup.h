@@ -1,6 +1,7 @@
 // What an image's denoiser was set up with beyond the weight file: the LoRAs merged into the
-// transformer (--lora) and the scheduler that steps it (the weight file's, --scheduler lightning or
-// --scheduler-config FILE). Part of every image's record (PNG text, manifest line) and of the
+// transformer (--lora), the scheduler that steps it (the weight file's, --scheduler lightning or
+// --scheduler-config FILE), and for an edit how its text encoder numbered the image tokens
+// (--text-positions). Part of every image's record (PNG text, manifest line) and of the
 // resume check: a rerun with other LoRAs or another scheduler is refused like any other setting.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include "model/lora.h"
 #include "model/scheduler.h"
+#include "model/text_positions.h"
 
 namespace ditbatch {
 
@@ -23,7 +25,11 @@ struct DenoiserSetup {
   std::string scheduler;                           // SchedulerConfig::describe() of the one used
   std::string model_scheduler;                     // the weight file's (a record made before a
                                                    // scheduler was recorded was made with it)
-  static DenoiserSetup of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model);
+  // The text encoder's positions for an edit's image tokens: "" for the default (sequential, and
+  // every text-to-image prompt), "mrope" where --text-positions asks for it. Recorded only then.
+  std::string text_positions;
+  static DenoiserSetup of(const LoraSet& loras, const SchedulerConfig& scheduler, const SchedulerConfig& model,
+                          TextPositionMode positions = TextPositionMode::Sequential);
 };
 
 // One item per setting a manifest line was made with that `setup` would make differently:

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/error.h"
 #include "model/lora.h"
 #include "model/scheduler.h"
+#include "model/text_positions.h"
 #include "pipeline/job.h"
 
 namespace ditbatch {
@@ -67,6 +69,12 @@ class ImageGenerator {
   // against this model by ImageModel::open_loras), and a scheduler in place of the weight file's.
   virtual void use_loras(LoraSet loras) = 0;
   virtual void use_scheduler(const SchedulerConfig& scheduler) = 0;
+  // Before encoding: how the text encoder numbers the image tokens of a prompt that holds some
+  // (model/text_positions.h). A family whose prompts hold none takes only Sequential.
+  virtual void use_text_positions(TextPositionMode mode) {
+    DITBATCH_CHECK(mode == TextPositionMode::Sequential, "this family's prompts hold no image tokens");
+  }
+  virtual TextPositionMode text_positions() const { return TextPositionMode::Sequential; }
   virtual const LoraSet& loras() const = 0;
   virtual const SchedulerConfig& scheduler_config() const = 0;
   virtual const SchedulerConfig& model_scheduler_config() const = 0;  // the weight file's

@@ -43,7 +43,8 @@ void write_sample_record(const std::string& out_dir, const ImageJob& job, ImageR
 
 OutputProvenance OutputProvenance::from(const WeightStore& weights, const ImageGenerator& pipeline) {
   return {weights.model_name(), weights.checksum(), pipeline.max_sequence_length(),
-          DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config())};
+          DenoiserSetup::of(pipeline.loras(), pipeline.scheduler_config(), pipeline.model_scheduler_config(),
+                            pipeline.text_positions())};
 }
 
 std::string png_path(const std::string& out_dir, const ImageJob& job) { return out_dir + "/" + job.file(); }
@@ -87,7 +88,9 @@ PngText png_metadata(const ImageRecord& r) {
   parameters += fmt::format("Steps: {}, Sampler: FlowMatchEulerDiscrete, CFG scale: {}, Seed: {}, Size: {}x{}, "
                             "Model hash: {}, Model: {}{}, Version: {}",
                             r.steps, cfg, r.seed, r.width, r.height, r.model_checksum.substr(0, 10), r.model,
-                            a1111_lora_hashes(r.loras) + a1111_input_images(r.input_images), build_version());
+                            a1111_lora_hashes(r.loras) + a1111_input_images(r.input_images) +
+                                (r.text_positions.empty() ? "" : ", Text positions: " + r.text_positions),
+                            build_version());
   PngText text = {{"parameters", parameters},
           {"prompt", r.prompt},
           {"negative_prompt", r.negative_prompt},
@@ -101,6 +104,7 @@ PngText png_metadata(const ImageRecord& r) {
           {"model_checksum", r.model_checksum}};
   if (r.max_sequence_length) text.emplace_back("max_sequence_length", std::to_string(*r.max_sequence_length));
   if (!r.input_images.empty()) text.emplace_back("input_images", r.input_images.dump());
+  if (!r.text_positions.empty()) text.emplace_back("text_positions", r.text_positions);
   text.emplace_back("software", build_version());
   return text;
 }

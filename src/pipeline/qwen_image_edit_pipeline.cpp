@@ -174,6 +174,8 @@ void QwenImageEditPipeline::use_scheduler(const SchedulerConfig& scheduler) {
   scheduler_ = scheduler;
 }
 
+void QwenImageEditPipeline::use_text_positions(TextPositionMode mode) { positions_ = mode; }
+
 void QwenImageEditPipeline::load_denoiser() { load_denoiser_with(std::nullopt); }
 
 void QwenImageEditPipeline::load_denoiser(const std::vector<ImageJob>& jobs) { load_denoiser_with(jobs); }

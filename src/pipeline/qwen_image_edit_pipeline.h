@@ -70,6 +70,8 @@ class QwenImageEditPipeline final : public ImageGenerator {
 
   void use_loras(LoraSet loras) override;
   void use_scheduler(const SchedulerConfig& scheduler) override;
+  void use_text_positions(TextPositionMode mode) override;
+  TextPositionMode text_positions() const override { return positions_; }
   const LoraSet& loras() const override { return loras_; }
   const SchedulerConfig& scheduler_config() const override { return scheduler_; }
   const SchedulerConfig& model_scheduler_config() const override { return model_scheduler_; }

@@ -168,7 +168,8 @@ std::optional<PreviousImages::State> quick_state_of(const std::string& out_dir, 
   if (same && f.max_sequence_length > 0 && f.max_sequence_length != key.max_sequence_length)
     for (const int64_t tokens : {f.prompt_tokens, f.negative_prompt_tokens})
       if (std::min(tokens, f.max_sequence_length) != std::min(tokens, key.max_sequence_length)) same = false;
-  same = same && f.scheduler.value_or(key.denoiser.model_scheduler) == key.denoiser.scheduler && loras.same(f.loras);
+  same = same && f.scheduler.value_or(key.denoiser.model_scheduler) == key.denoiser.scheduler && loras.same(f.loras) &&
+         f.text_positions == key.denoiser.text_positions;
   // The file: a packed image names its tar and its member, a staged or plain one its path.
   const bool packed = f.member.has_value();
   same = same && (packed ? f.file == job.tar && *f.member == job.file_stem + ".png" : f.file == job.file());
@@ -218,7 +219,7 @@ PreviousImages scan_previous_images(const std::string& out_dir, const std::vecto
       "member_offset", "member_size", "json_file", "json_sha256", "json_file_stat", "json_member",
       "json_member_offset", "json_member_size", "images_per_tar", "prompt",
       "negative_prompt", "seed", "width", "height", "steps", "cfg", "model_checksum", "max_sequence_length",
-      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "input_images"};
+      "prompt_tokens", "negative_prompt_tokens", "loras", "scheduler", "input_images", "text_positions"};
   // Each line read by the quick parser; only where it cannot say, by the full one (the same
   // verdict, and the words of what changed).
   ManifestFieldParser parser;

@@ -181,6 +181,7 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
     record.model_checksum = provenance.model_checksum;
     record.loras = provenance.denoiser.loras;
     record.scheduler = provenance.denoiser.scheduler;
+    record.text_positions = provenance.denoiser.text_positions;
     record.run_id = opt.run_id;
     record.host = opt.host;
     record.rank = opt.rank;

@@ -397,3 +397,47 @@ TEST(GenerateEdit, ALoraAndTheLightningSchedulerMakeDiffusersImage) {
   const std::map<std::string, std::string> text(png.text.begin(), png.text.end());
   EXPECT_TRUE(says(text.at("parameters"), "<lora:comfy_bf16:1>")) << text.at("parameters");
 }
+
+// --text-positions mrope: the image tokens numbered as the model was trained (get_rope_index,
+// checked against transformers in test_text_encoder_edit_golden.cpp) reach the encoder, change the
+// image, and are part of its record: the PNG text, the manifest line, and a rerun without the
+// option is refused as other settings. A text-to-image model and an unknown mode are refused.
+TEST(GenerateEdit, TextPositionsMropeIsUsedAndRecorded) {
+  TempDir dir;
+  const h5::File f = h5::File::open_read(test::golden("pipeline_edit.h5"));
+  const EditCase c = case_of("plus2511_one_jpeg", case_group(f, "plus2511_one_jpeg"));
+  const std::string weights = edit_weights(c.overlay), jpeg = test::golden("input_images/" + c.images[0]);
+  const std::string base = fmt::format("{} generate --weights {} --prompt '{}' --image {} --seed {} --steps {} --width {} "
+                                       "--height {}",
+                                       test::exe(), weights, c.prompt, jpeg, c.seed, c.steps, c.width, c.height);
+  auto r = test::run(base + " --out " + (dir / "m") + " --text-positions mrope");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::string stem;
+  for (const auto& entry : fs::directory_iterator(dir / "m"))
+    if (entry.path().extension() == ".png") stem = entry.path().stem();
+  const PngImage png = read_png(dir / ("m/" + stem + ".png"));
+  const std::map<std::string, std::string> text(png.text.begin(), png.text.end());
+  EXPECT_EQ(text.at("text_positions"), "mrope");
+  EXPECT_TRUE(says(text.at("parameters"), ", Text positions: mrope")) << text.at("parameters");
+  EXPECT_TRUE(says(test::read_text(dir / "m/manifest.jsonl"), "\"text_positions\":\"mrope\""));
+  // Not diffusers' (sequential) image: the positions reached the text encoder.
+  const test::RgbAgreement agreement =
+      test::rgb_agreement(png.pixels.data(), std::ssize(png.pixels), case_group(f, c.name).read_tensor("image_uint8"));
+  EXPECT_LT(agreement.equal_fraction, 0.9);
+
+  r = test::run(base + " --out " + (dir / "m"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "text_positions mrope, now sequential")) << r.output;
+  r = test::run(base + " --out " + (dir / "m") + " --text-positions mrope");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(says(r.output, "every image of this slice is complete")) << r.output;
+
+  r = test::run(base + " --out " + (dir / "x") + " --text-positions 3d");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "--text-positions '3d' (expected sequential")) << r.output;
+  r = test::run(fmt::format("{} generate --weights {} --prompt x --out {} --text-positions mrope", test::exe(),
+                            test::golden_weights(), dir / "x"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "--text-positions mrope: Qwen-Image (QwenImagePipeline) takes no input image")) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "x"));
+}
