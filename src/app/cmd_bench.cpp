@@ -207,7 +207,8 @@ void print_report(Report& r, const Timing& timing, double flops, int warmup) {
 
 struct CommonOptions {
   std::string weights, config, size, backend_kind, log_level;
-  std::string model;  // dit: qwen-image | qwen-image-2.1 (with --weights: the file's family)
+  std::string model;  // dit: qwen-image | qwen-image-2.1 | qwen-image-edit[-2509|-2511] (with --weights: the file's family)
+  int64_t condition_images = -1;  // dit, an edit family: condition images of the output's size (-1: one)
   int steps = 3, warmup = 1, device = 0;
   int64_t text_tokens = 20;
   bool cfg = false;
@@ -267,10 +268,18 @@ struct DitWeights {
   WeightBinder& binder() { return random ? static_cast<WeightBinder&>(*random) : *loader; }
 };
 
-int bench_dit(const CommonOptions& o, Backend& be) {
+// The Qwen-Image MMDiT, as text to image runs it, or as an Edit pipeline does: each step over the
+// noise's tokens and `condition_images` condition images of the output's size (their tokens in
+// every GEMM and in the joint attention), with Edit-2511's t = 0 modulation of them where
+// `zero_cond_t` (nullopt: the config's).
+int bench_dit(const CommonOptions& o, Backend& be, int64_t condition_images, std::optional<bool> zero_cond_t) {
   const auto [width, height] = parse_size(o.size, 16);  // VAE factor 8 x patch 2
   const int64_t h = height / 16, w = width / 16, S = h * w, L = o.text_tokens;
   if (L < 1) fail_input("--text-tokens {}: must be at least 1", L);
+  if (condition_images < 0 || condition_images > 3)
+    fail_input("--condition-images {}: an edit takes 0..3 (Edit-Plus's most)", condition_images);
+  const std::vector<PackedGrid> img_shapes(static_cast<size_t>(1 + condition_images), PackedGrid{h, w});
+  const int64_t S_all = S * (1 + condition_images);  // the image stream: noise, then each condition image
 
   // The model times the steps below ask for: as `generate`, the transformer computes their
   // conditioning while it loads when that holds less memory, and the steps only look it up.
@@ -282,7 +291,8 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   std::unique_ptr<QwenImageTransformer> model;
   DitWeights source(o, dit_presets());
   const std::string& label = source.label;
-  const TransformerConfig config = TransformerConfig::from(source.config);
+  TransformerConfig config = TransformerConfig::from(source.config);
+  if (zero_cond_t) config.zero_cond_t = *zero_cond_t;
   const std::unique_ptr<RandomWeights>& random = source.random;
   WeightBinder& weights = source.binder();
   const std::vector<float> distinct = distinct_model_times(times);
@@ -294,7 +304,7 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   const double weights_s = load.seconds();
   const TransformerConfig& c = model->config();
 
-  const Tensor latents = be.upload(random_input("bench.latents", {S, c.in_channels}, o.seed), DType::F32);
+  const Tensor latents = be.upload(random_input("bench.latents", {S_all, c.in_channels}, o.seed), DType::F32);
   const Tensor text = be.upload(random_input("bench.text", {L, c.joint_attention_dim}, o.seed), be.act_dtype());
   const int per_step = o.cfg ? 2 : 1;
   // One step as the pipeline: the step's conditioning, then one forward (with --cfg: the cond and
@@ -302,22 +312,27 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   auto step = [&](int i, int n) {
     TimestepConditioning cond = model->condition(model_time(i, n));
     if (o.cfg)
-      (void)model->forward_cfg(latents, text, L, text, L, h, w, cond);
+      (void)model->forward_cfg(latents, text, L, text, L, img_shapes, cond);
     else
-      (void)model->forward(latents, text, L, h, w, cond);
+      (void)model->forward(latents, text, L, img_shapes, cond);
     be.synchronize();
   };
   for (int i = 0; i < o.warmup; ++i) step(i, o.warmup);
   Timing timing;
   for (int i = 0; i < o.steps; ++i) timing.time(per_step, [&] { step(i, o.steps); });
-  const double flops = QwenImageTransformer::forward_flops(c, S, L);
+  const double flops = QwenImageTransformer::forward_flops(c, S_all, L);
 
   Report r{"dit", "forward", {}, {}};
   r.rows.emplace_back("config", fmt::format("{}: {} blocks, {} heads x {}, joint dim {}, rope axes {}", label,
                                             c.num_layers, c.num_attention_heads, c.attention_head_dim,
                                             c.joint_attention_dim, shape_str(c.axes_dims_rope)));
-  r.rows.emplace_back("input", fmt::format("{}x{} -> {} image + {} text tokens, {}", width, height, S, L,
-                                           o.cfg ? "true CFG (2 samples a step as one batch)" : "no CFG"));
+  r.rows.emplace_back("input", fmt::format("{}x{} -> {} image{} + {} text tokens, {}", width, height, S,
+                                           condition_images > 0
+                                               ? fmt::format(" + {} condition ({} image{} of that size{})", S_all - S,
+                                                             condition_images, condition_images == 1 ? "" : "s",
+                                                             c.zero_cond_t ? ", modulated at t = 0" : "")
+                                               : std::string(),
+                                           L, o.cfg ? "true CFG (2 samples a step as one batch)" : "no CFG"));
   r.rows.emplace_back("conditioning", at_load ? fmt::format("computed while loading for the {} model times (as generate): "
                                                             "no modulation GEMVs in a step",
                                                             distinct.size())
@@ -329,6 +344,9 @@ int bench_dit(const CommonOptions& o, Backend& be) {
   r.json["joint_attention_dim"] = c.joint_attention_dim;
   dit_input_fields(r, o, width, height, S, L);
   r.json["conditioning_at_load"] = at_load;  // no timestep work inside a timed step
+  r.json["condition_images"] = condition_images;
+  r.json["condition_tokens"] = S_all - S;
+  r.json["zero_cond_t"] = c.zero_cond_t;
   print_report(r, timing, flops, o.warmup);
   return 0;
 }
@@ -854,7 +872,10 @@ int cmd_bench(const std::vector<std::string>& args) {
       "cfg", po::bool_switch(&o.cfg), "dit: true CFG as the pipeline runs it: cond and negative as one batch a step (2 forwards' work)")(
       "seed", po::value(&o.seed)->default_value(0), "seed of the random weights and inputs")(
       "model", po::value(&o.model)->default_value("qwen-image"),
-      "dit: the family of --config, qwen-image | qwen-image-2.1 (with --weights: the file's)")(
+      "dit: the family of --config, qwen-image | qwen-image-2.1 | qwen-image-edit | qwen-image-edit-2509 | "
+      "qwen-image-edit-2511 (with --weights: the file's)")(
+      "condition-images", po::value(&o.condition_images)->default_value(-1),
+      "dit, an edit family: condition images of --size in the image stream, 0..3 (default 1)")(
       "backend", po::value(&o.backend_kind)->default_value("auto"), "auto | cpu | cuda")(
       "device", po::value(&o.device)->default_value(0), "GPU index")(
       "log-level", po::value(&o.log_level)->default_value("warn"), "debug | info | warn | error");
@@ -892,8 +913,17 @@ int cmd_bench(const std::vector<std::string>& args) {
       std::transform(model.begin(), model.end(), model.begin(), [](unsigned char c) { return std::tolower(c); });
     }
     if (model == "qwen-image-2.1") return bench_dit_21(o, *backend);
-    if (model != "qwen-image") fail_input("--model '{}': qwen-image or qwen-image-2.1", o.model);
-    return bench_dit(o, *backend);
+    // The Edit families run Qwen-Image's DiT over their condition images too; 2511 modulates them at t = 0.
+    const bool edit = model.starts_with("qwen-image-edit");
+    if (model != "qwen-image" && model != "qwen-image-edit" && model != "qwen-image-edit-2509" &&
+        model != "qwen-image-edit-2511")
+      fail_input("--model '{}': qwen-image, qwen-image-2.1, qwen-image-edit, qwen-image-edit-2509 or qwen-image-edit-2511",
+                 o.model);
+    if (!edit && o.condition_images > 0)
+      fail_input("--condition-images {}: {} takes no input image (give an edit --model)", o.condition_images, model);
+    const std::optional<bool> zero_cond_t =
+        edit && o.weights.empty() ? std::optional(model == "qwen-image-edit-2511") : std::nullopt;
+    return bench_dit(o, *backend, edit ? (o.condition_images < 0 ? 1 : o.condition_images) : 0, zero_cond_t);
   }
   if (what == "vae") return bench_vae(o, *backend);
   return bench_text(o, *backend);

@@ -97,6 +97,28 @@ TEST(Bench, DitFromAWeightFileConditionsAtLoadAsGenerate) {
   EXPECT_EQ(j["conditioning_at_load"], true);
 }
 
+// An edit family's DiT: the condition images' tokens ride in every GEMM and in the joint
+// attention, so a forward over S noise tokens and two condition images of the same size costs what
+// a forward over 3S tokens does; 2511 modulates them at t = 0; a text-to-image family takes none.
+TEST(Bench, DitOfAnEditFamilyCountsTheConditionTokens) {
+  auto r = test::run(test::exe() + " bench dit --config tiny --model qwen-image-edit-2511 --condition-images 2 --size 64x64 "
+                     "--steps 1 --text-tokens 7 --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json j = bench_json(r.output);
+  const int64_t S = (64 / 16) * (64 / 16), L = 7;
+  EXPECT_EQ(j["image_tokens"], S);
+  EXPECT_EQ(j["condition_tokens"], 2 * S);
+  EXPECT_EQ(j["zero_cond_t"], true);
+  EXPECT_DOUBLE_EQ(j["flops"].get<double>(), tiny_forward_flops_from_gemms(3 * S, L));
+  r = test::run(test::exe() + " bench dit --config tiny --model qwen-image-edit-2509 --size 64x64 --steps 1 --backend cpu");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(bench_json(r.output)["condition_tokens"], S);  // one input image unless told
+  EXPECT_EQ(bench_json(r.output)["zero_cond_t"], false);
+  r = test::run(test::exe() + " bench dit --config tiny --condition-images 1 --backend cpu");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("qwen-image takes no input image"), std::string::npos) << r.output;
+}
+
 // Qwen-Image-2.1's transformer (--model qwen-image-2.1, or a 2.1 weight file): a cached step, whose
 // FLOPs are those of its GEMMs over the S image rows (the text's K and V come from the cache).
 TEST(Bench, DitOfQwenImage21TimesCachedSteps) {

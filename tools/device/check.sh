@@ -19,7 +19,8 @@
 #      the CPU backend (PNG PSNR)
 #   4. `ditbatch bench dit` at 1024^2 with true CFG, against diffusers' forward in the same run
 #      when build_bundle.sh could carry the diffusers wheel (tools/bench/compare_dit.sh); then
-#      Qwen-Image-2.1's cached step at 1024^2 (ditbatch alone)
+#      Qwen-Image-2.1's cached step at 1024^2 and Edit-2511's forward with one 1024^2 condition
+#      image (ditbatch alone)
 #   5. (only when asked for: CHECK_STAGES="0 1 2 3 4 5") ditbatch_cuda_bench: ceilings, GEMM
 #      shapes, attention paths, full-size models, peak memory, the 50-step image
 # A summary comes last. Logs and metrics go to $OUT (they come back with the run).
@@ -201,6 +202,14 @@ if want 4 && [[ -x $work/bin/ditbatch ]]; then
   rc=$?
   tail -14 "$out/bench-dit-21.log"
   note "bench dit 2.1 (cached step, 1024^2): rc $rc; $(grep -m1 'ms/forward' "$out/bench-dit-21.log" || echo 'no figure')"
+  # Edit-2511's forward at 1024^2: one 1024^2 condition image, ~228 text tokens, true CFG
+  # (PERF.md predicts ~278 ms a forward).
+  echo "== stage 4c: ditbatch bench dit, Qwen-Image-Edit-2511, 1024^2 + one condition image, true CFG =="
+  timeout 150 "$work/bin/ditbatch" bench dit --model qwen-image-edit-2511 --config real --size 1024x1024 --steps 2 \
+    --text-tokens 228 --cfg --backend cuda > "$out/bench-dit-edit.log" 2>&1
+  rc=$?
+  tail -14 "$out/bench-dit-edit.log"
+  note "bench dit Edit-2511 (1024^2 + 1 condition image, CFG): rc $rc; $(grep -m1 'ms/forward' "$out/bench-dit-edit.log" || echo 'no figure')"
 fi
 if want 5; then
   echo "== stage 5: ditbatch_cuda_bench =="
