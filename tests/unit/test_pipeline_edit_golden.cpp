@@ -285,18 +285,23 @@ TEST(GenerateEdit, SizesFromTheImageAndImagesForPromptsFromTheCommandLine) {
   EXPECT_EQ(w64.width, 64);
   EXPECT_EQ(w64.height, c.default_height);
 
-  // --prompt with --image: the case's image and settings, diffusers' pixels.
-  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt '{}' --image {} --negative-prompt '{}' --seed {} "
-                            "--cfg {} --steps {} --width {} --height {}",
-                            test::exe(), weights, dir / "b", c.prompt, jpeg, c.negative_prompt, c.seed, c.cfg, c.steps,
-                            c.width, c.height));
-  ASSERT_EQ(r.status, 0) << r.output;
-  std::vector<std::string> pngs;
-  for (const auto& entry : fs::directory_iterator(dir / "b"))
-    if (entry.path().extension() == ".png") pngs.push_back(entry.path());
-  ASSERT_EQ(pngs.size(), 1u);
-  const PngImage made = read_png(pngs[0]);
-  expect_pixels(made.pixels.data(), std::ssize(made.pixels), case_group(f, c.name).read_tensor("image_uint8"), c.name);
+  // --prompt with --image: the case's image and settings, diffusers' pixels; the same with every
+  // prompt encoded (with its images) before the denoiser loads.
+  for (const std::string offload : {"", " --offload-text-encoder"}) {
+    SCOPED_TRACE(offload);
+    const std::string out = dir / (offload.empty() ? "b" : "b-offload");
+    r = test::run(fmt::format("{} generate --weights {} --out {} --prompt '{}' --image {} --negative-prompt '{}' --seed {} "
+                              "--cfg {} --steps {} --width {} --height {}{}",
+                              test::exe(), weights, out, c.prompt, jpeg, c.negative_prompt, c.seed, c.cfg, c.steps,
+                              c.width, c.height, offload));
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::vector<std::string> pngs;
+    for (const auto& entry : fs::directory_iterator(out))
+      if (entry.path().extension() == ".png") pngs.push_back(entry.path());
+    ASSERT_EQ(pngs.size(), 1u);
+    const PngImage made = read_png(pngs[0]);
+    expect_pixels(made.pixels.data(), std::ssize(made.pixels), case_group(f, c.name).read_tensor("image_uint8"), c.name);
+  }
 
   // No image for an edit model, --image with a prompt file: refused, nothing made.
   r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x", test::exe(), weights, dir / "c"));
