@@ -324,6 +324,13 @@ TEST(GenerateEdit, SizesFromTheImageAndImagesForPromptsFromTheCommandLine) {
   EXPECT_TRUE(says(r.output, "--prompt #1: \"image\" " + (dir / "thin.png") + " is 1x600: at the Edit pipeline's area "
                              "of 147456 pixels its aspect rounds to 0x"))
       << r.output;
+  // A 1 x 100000 strip decodes (10^5 pixels), but no side of it survives the pipeline's resizes.
+  write_gradient_png(dir / "strip.png", 1, 100000);
+  r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x --image {}", test::exe(), weights, dir / "c",
+                            dir / "strip.png"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(says(r.output, "\"image\" " + (dir / "strip.png") + " is 1x100000: at the Edit pipeline's area of"))
+      << r.output;
   r = test::run(fmt::format("{} generate --weights {} --out {} --prompt x --image {}", test::exe(), weights, dir / "c",
                             dir / "tall.png"));
   EXPECT_EQ(r.status, 2) << r.output;
