@@ -1,5 +1,6 @@
 // An edit's input images after the run: `ditbatch verify` names each one changed or gone since
-// its image was made (the outputs still verify). Made by the real `ditbatch generate` on a tiny
+// its image was made (the outputs still verify), and the report shows each input beside its
+// output, linked from the report's folder. Made by the real `ditbatch generate` on a tiny
 // Edit-2511 weight file converted with `ditbatch convert`.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -40,9 +41,18 @@ std::string line(const std::string& name, const json& image) {
 
 std::string sha256_of(const std::string& path) { return sha256_hex(test::read_text(path)); }
 
+// The data the page's script reads, from its data block.
+json data_of_page(const std::string& page) {
+  const std::string open = R"(<script type="application/json" id="report-data">)";
+  const size_t begin = page.find(open);
+  if (begin == std::string::npos) return nullptr;
+  const size_t from = begin + open.size();
+  return json::parse(page.substr(from, page.find("</script>", from) - from));
+}
+
 }  // namespace
 
-TEST(EditInputsShown, VerifyNamesChangedAndMissingInputs) {
+TEST(EditInputsShown, VerifyNamesChangedAndMissingInputsAndTheReportShowsThemBesideTheOutput) {
   TempDir dir;
   const std::string weights = edit_weights(dir);
   // Two inputs beside the prompt file (relative paths), one elsewhere by its absolute path.
@@ -88,4 +98,22 @@ TEST(EditInputsShown, VerifyNamesChangedAndMissingInputs) {
   EXPECT_TRUE(says(r.output, "3 of 3 image(s) listed as made match their sha256; 1 of 4 input image(s) unchanged "
                              "(2 changed, 1 missing)\n"))
       << r.output;
+
+  // The report page `report` writes: each edit's inputs, as recorded and linked from out/, in its
+  // gallery row beside its output's file.
+  r = test::run(fmt::format("cd / && {} report {}", test::exe(), out));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json report = data_of_page(test::read_text(out + "/report.html"));
+  ASSERT_TRUE(report.is_object()) << "no data block in report.html";
+  const json& columns = report["columns"];
+  const auto col = [&](const char* name) {
+    return static_cast<size_t>(std::find(columns.begin(), columns.end(), name) - columns.begin());
+  };
+  ASSERT_LT(col("inputs"), columns.size());
+  std::map<std::string, json> inputs_of;
+  for (const json& row : report["images"]) inputs_of[row[col("file")].get<std::string>()] = row[col("inputs")];
+  EXPECT_EQ(inputs_of["one.png"], json::parse(R"([["pictures/a.jpg", "../prompts/pictures/a.jpg"]])"));
+  EXPECT_EQ(inputs_of["two.png"], json::parse(R"([["pictures/a.jpg", "../prompts/pictures/a.jpg"],
+                                                  ["pictures/b.png", "../prompts/pictures/b.png"]])"));
+  EXPECT_EQ(inputs_of["three.png"], json::array({json::array({c, "../elsewhere/c.jpg"})}));
 }
