@@ -1,7 +1,9 @@
 // DIR/.runs/<run>-rank<r>.json: how one process of a run spent its time (started, weights
-// loaded, ended, images done / skipped / failed, host, backend), rewritten atomically at each
-// of those moments, so that a killed process leaves its last state. Kept across runs: the run
-// report (pipeline/run_report.h) draws every run's timeline from them.
+// loaded, ended, images done / skipped / failed, host, backend; for an edit, the folder its
+// relative input image paths were read under), rewritten atomically at each of those moments,
+// so that a killed process leaves its last state. Kept across runs: the run report
+// (pipeline/run_report.h) draws every run's timeline from them; an edit's inputs are found
+// from them afterwards (pipeline/output_check.h, listed_inputs).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -79,6 +80,24 @@ RgbImage read_input_image(const InputImage& image, const std::string& origin) {
                "from the file as it is now",
                origin, image.file, image.sha256.substr(0, 12), sha256.substr(0, 12));
   return decoded;
+}
+
+std::string relative_inputs_folder(const std::vector<ImageJob>& jobs) {
+  for (const ImageJob& job : jobs)
+    for (const InputImage& image : job.images) {
+      if (image.path.starts_with('/') || !image.file.ends_with(image.path)) continue;
+      // The file is the path under the folder the run resolved it against (io/prompt_file.cpp).
+      const std::string folder = image.file.substr(0, image.file.size() - image.path.size());
+      const auto absolute = std::filesystem::absolute(folder.empty() ? "." : folder).lexically_normal();
+      return (absolute.filename().empty() ? absolute.parent_path() : absolute).string();  // no trailing '/'
+    }
+  return "";
+}
+
+std::string recorded_input_file(const std::string& path, const std::string& folder) {
+  if (path.starts_with('/')) return path;
+  if (folder.empty() || path.empty()) return "";
+  return (std::filesystem::path(folder) / path).lexically_normal().string();
 }
 
 }  // namespace ditbatch

@@ -4,6 +4,7 @@
 // the run before it starts, with one line naming the prompt line, the file and the reason.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "io/rgb_image.h"
@@ -23,5 +24,14 @@ void inspect_input_images(std::vector<ImageJob>& jobs, int threads);
 // The image as the run uses it: read, checked to be the file inspected (same sha256: a file
 // replaced since is an error, not another image made silently) and decoded.
 RgbImage read_input_image(const InputImage& image, const std::string& origin);
+
+// The folder, absolute, that the jobs' relative input image paths were read under (the prompt
+// file's, or the current one for --image); "" when no job has a relative one. The manifest
+// records each path as the prompt line gives it, and the run record this folder, so that
+// `verify` and the report find the files later, from any current folder.
+std::string relative_inputs_folder(const std::vector<ImageJob>& jobs);
+// The file a recorded input path names: itself when absolute, else under `folder`; "" for a
+// relative path when no folder is known.
+std::string recorded_input_file(const std::string& path, const std::string& folder);
 
 }  // namespace ditbatch

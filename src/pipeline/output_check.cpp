@@ -4,8 +4,11 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "io/image_read.h"
 #include "io/image_record.h"
+#include "io/run_record.h"
 #include "io/tar_archive.h"
+#include "pipeline/input_images.h"
 #include "pipeline/output_layout.h"
 
 namespace ditbatch {
@@ -200,6 +203,65 @@ std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,
       else if (sha256 != listed_sha256)
         found.push_back({index, name, fmt::format("its bytes (sha256 {}) differ from those the manifest lists ({})",
                                                   sha256.substr(0, 12), listed_sha256.substr(0, 12))});
+    }
+  }
+  return found;
+}
+
+std::map<std::string, std::string> inputs_folders_of_runs(const std::string& out_dir) {
+  std::map<std::string, std::string> folders;
+  for (const nlohmann::json& r : read_run_records(out_dir))
+    if (const std::string folder = string_field(r, "inputs_folder"); !folder.empty())
+      folders[r["run_id"].get<std::string>()] = folder;
+  return folders;
+}
+
+std::vector<ListedInput> listed_inputs(const nlohmann::json& record, const std::map<std::string, std::string>& folders) {
+  std::vector<ListedInput> inputs;
+  const auto list = record.find("input_images");
+  if (list == record.end() || !list->is_array()) return inputs;
+  const auto folder = folders.find(string_field(record, "run_id"));
+  for (const nlohmann::json& image : *list) {
+    if (!image.is_object()) continue;
+    const std::string path = string_field(image, "path");
+    inputs.push_back({path, string_field(image, "sha256"),
+                      recorded_input_file(path, folder == folders.end() ? "" : folder->second)});
+  }
+  return inputs;
+}
+
+std::vector<InputMismatch> verify_listed_inputs(const std::string& out_dir,
+                                                const std::map<int64_t, nlohmann::json>& manifest, int64_t& checked) {
+  const auto folders = inputs_folders_of_runs(out_dir);
+  std::map<std::string, std::string> sha256_of_file;  // "" when the run could not read it
+  auto sha256_now = [&](const std::string& file) -> const std::string& {
+    auto [it, inserted] = sha256_of_file.emplace(file, "");
+    if (inserted) {
+      try {  // read as the run reads it: a link followed, a FIFO or a device refused
+        it->second = sha256_hex(read_file(file, kMaxInputImageBytes));
+      } catch (const std::exception&) {
+      }
+    }
+    return it->second;
+  };
+  std::vector<InputMismatch> found;
+  checked = 0;
+  for (const auto& [index, record] : manifest) {
+    if (string_field(record, "status") != "ok") continue;
+    for (const ListedInput& input : listed_inputs(record, folders)) {
+      ++checked;
+      if (input.file.empty()) {
+        found.push_back({index, input.path, "", false, "not found: no run record says the folder its relative path was read under"});
+        continue;
+      }
+      const std::string& sha256 = sha256_now(input.file);
+      if (sha256.empty())
+        found.push_back({index, input.path, input.file, false,
+                         file_exists(input.file) ? "cannot be read" : "missing"});
+      else if (sha256 != input.sha256)
+        found.push_back({index, input.path, input.file, true,
+                         fmt::format("changed: its bytes (sha256 {}) differ from those recorded ({})", sha256.substr(0, 12),
+                                     input.sha256.substr(0, 12))});
     }
   }
   return found;

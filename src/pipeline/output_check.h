@@ -78,4 +78,29 @@ struct OutputMismatch {
 std::vector<OutputMismatch> verify_listed_outputs(const std::string& out_dir,
                                                   const std::map<int64_t, nlohmann::json>& manifest, int64_t& checked);
 
+// The folder each run read its relative input image paths under, by run id, as its run
+// records say (pipeline/input_images.h, relative_inputs_folder).
+std::map<std::string, std::string> inputs_folders_of_runs(const std::string& out_dir);
+
+// An edit's input image as a manifest line records it ("input_images": path as given, sha256),
+// and the file that path names: "" for a relative path whose run left no record of its folder.
+struct ListedInput {
+  std::string path, sha256, file;
+};
+std::vector<ListedInput> listed_inputs(const nlohmann::json& record, const std::map<std::string, std::string>& folders);
+
+struct InputMismatch {
+  int64_t index = 0;
+  std::string path, file;
+  bool changed = false;  // the file is there with other bytes; else it is missing or cannot be read
+  std::string why;
+};
+
+// Every input image of lines listed "ok", hashed (a file many images share, once): those that
+// are gone, cannot be read or found, or whose bytes differ from the sha256 recorded. `checked`
+// counts the inputs looked at. An input is no output of the run: what it says is what a rerun
+// would see (it makes an image whose input changed again, and stops at one that is missing).
+std::vector<InputMismatch> verify_listed_inputs(const std::string& out_dir,
+                                                const std::map<int64_t, nlohmann::json>& manifest, int64_t& checked);
+
 }  // namespace ditbatch

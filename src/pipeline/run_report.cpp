@@ -13,6 +13,7 @@
 #include "core/wall_clock.h"
 #include "io/manifest.h"
 #include "io/run_record.h"
+#include "pipeline/output_check.h"
 #include "pipeline/report_page.h"
 
 namespace ditbatch {
@@ -63,6 +64,18 @@ struct Image {
   std::optional<double> start, end;
   bool ok = false;
 };
+
+// An edit's input images as the gallery shows them beside the output: [path as recorded, link
+// relative to the report's folder ("" where no run record says where a relative path lies)].
+json input_links(const json& line, const std::map<std::string, std::string>& folders, const fs::path& out_dir) {
+  json links = json::array();
+  for (const ListedInput& input : listed_inputs(line, folders)) {
+    const std::string href =
+        input.file.empty() ? "" : fs::absolute(input.file).lexically_normal().lexically_relative(out_dir).string();
+    links.push_back(json::array({input.path, href}));
+  }
+  return links;
+}
 
 Image image_of(int64_t index, const json& line) {
   Image im;
@@ -140,7 +153,7 @@ class SharedSettings {
 const std::set<std::string> kReportFields = {
     "run_id", "rank",   "status", "timings", "started",  "finished",       "seed",  "width",
     "height", "steps",  "cfg",    "file",    "member",   "error",          "prompt", "negative_prompt",
-    "host",   "model",  "model_checksum", "max_sequence_length", "loras", "scheduler"};
+    "host",   "model",  "model_checksum", "max_sequence_length", "loras", "scheduler", "input_images"};
 
 }  // namespace
 
@@ -173,12 +186,22 @@ json collect_run_report(const std::string& out_dir) {
   int64_t ok = 0, failed = 0, images = 0;
   SharedSettings shared;
 
+  // An edit's rows end with their input images, and the columns then name them: a
+  // text-to-image page is what it was before edits.
+  const auto input_folders = inputs_folders_of_runs(out_dir);
+  fs::path out_path = fs::absolute(out_dir).lexically_normal();
+  if (out_path.filename().empty()) out_path = out_path.parent_path();
+  bool any_inputs = false;
   ManifestDamage damage;  // lines that are not manifest lines: said on the page and by `report`
   // One line at a time: a million-image folder's lines are never all held.
   for_each_last_manifest_line(out_dir, [&](int64_t index, const json& line) {
     ++images;
     shared.add(line);
     Image im = image_of(index, line);
+    if (json inputs = input_links(line, input_folders, out_path); !inputs.empty()) {
+      im.row.push_back(std::move(inputs));
+      any_inputs = true;
+    }
     rows.push_back(std::move(im.row));
     im.ok ? ++ok : ++failed;
     models[{text_of(line, "model"), text_of(line, "model_checksum")}]++;
@@ -265,9 +288,9 @@ json collect_run_report(const std::string& out_dir) {
   double wall_total = 0;
   for (const json& r : runs_json) wall_total += r["wall_s"].get<double>();
 
-  fs::path folder = fs::absolute(out_dir).lexically_normal();
-  if (folder.filename().empty()) folder = folder.parent_path();  // "out/"
-  json report = {{"folder", folder.filename().string()},
+  json columns = kImageColumns;
+  if (any_inputs) columns.push_back("inputs");
+  json report = {{"folder", out_path.filename().string()},  // (of "out/" too)
                {"generated", now},
                {"generated_by", fmt::format("ditbatch {} ({})", DITBATCH_VERSION, build_commit())},
                {"models", models_json},
@@ -288,7 +311,7 @@ json collect_run_report(const std::string& out_dir) {
                  {"total", stage_stats(total)}}},
                {"runs", runs_json},
                {"not_manifest_lines", {{"lines", damage.lines}, {"said", damage.describe(out_dir)}}},
-               {"columns", kImageColumns}};
+               {"columns", std::move(columns)}};
   report["images"] = std::move(rows);  // (moved: an initializer list would copy a million rows)
   return report;
 }

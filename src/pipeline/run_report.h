@@ -1,6 +1,7 @@
 // The run report of an output folder, OUT/report.html: one self-contained page (no network)
 // with the job's header (model, version, shared settings, ranks and hosts, wall time, images
-// per hour per GPU), a gallery of every image beside its prompt and settings, the failed
+// per hour per GPU), a gallery of every image beside its prompt and settings (an edit's beside
+// its input images, linked relatively from OUT where the run's record says they lie), the failed
 // images with their reasons, and a timeline per run with a lane per rank. Built from what the
 // folder holds (the manifest, the parts of runs still going, the run records), so it can be
 // written at any time: by rank 0 at the end of a run, or by `ditbatch report OUT`.

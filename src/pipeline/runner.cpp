@@ -10,6 +10,7 @@
 #include "core/wall_clock.h"
 #include "io/run_record.h"
 #include "pipeline/image_writer.h"
+#include "pipeline/input_images.h"
 #include "pipeline/resume.h"
 #include "pipeline/stop_signal.h"
 #include "pipeline/tar_shards.h"
@@ -85,12 +86,13 @@ RunSummary run_generation(ImageGenerator& pipeline, const std::vector<ImageJob>&
   Stopwatch run_watch;
   RunSummary summary;
   ManifestPart manifest(opt.out_dir, opt.run_id, opt.rank);
-  RunRecordWriter run_record(opt.out_dir,
-                             {{"run_id", opt.run_id}, {"rank", opt.rank}, {"host", opt.host},
-                              {"backend", pipeline.backend().name()}, {"version", build_version()},
-                              {"model", provenance.model_name}, {"model_checksum", provenance.model_checksum},
-                              {"images", jobs.size()}},
-                             log);
+  nlohmann::json record = {{"run_id", opt.run_id}, {"rank", opt.rank}, {"host", opt.host},
+                            {"backend", pipeline.backend().name()}, {"version", build_version()},
+                            {"model", provenance.model_name}, {"model_checksum", provenance.model_checksum},
+                            {"images", jobs.size()}};
+  // Where an edit's relative input paths lie: `verify` and the report look there.
+  if (const std::string folder = relative_inputs_folder(jobs); !folder.empty()) record["inputs_folder"] = folder;
+  RunRecordWriter run_record(opt.out_dir, std::move(record), log);
   const ResumeKey key{provenance.model_checksum, provenance.max_sequence_length, opt.write_latents, provenance.denoiser,
                       opt.images_per_tar};
   // What the folder holds of each image, the images to make again cleared (the run plan's, or

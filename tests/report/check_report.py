@@ -15,10 +15,10 @@ import json
 import os
 import sys
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from headless import chromium
 
 ap = argparse.ArgumentParser()
 ap.add_argument("dir")
@@ -43,12 +43,7 @@ def check(cond, what):
         failures.append(what)
         print("FAIL:", what)
 
-opts = webdriver.ChromeOptions()
-opts.binary_location = "/usr/bin/chromium"
-for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
-          "--hide-scrollbars", "--force-device-scale-factor=1"):
-    opts.add_argument(a)
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+driver = chromium()
 try:
     driver.get("file://" + os.path.abspath(os.path.join(args.dir, "report.html")))
     WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
@@ -115,12 +110,12 @@ try:
 
     # every made image's thumbnail is its PNG beside the page (relative, URL-encoded name)
     Select(driver.find_element(By.ID, "page-size")).select_by_visible_text("480")
-    for img in driver.find_elements(By.CSS_SELECTOR, "#gallery .card img"):
+    for img in driver.find_elements(By.CSS_SELECTOR, "#gallery .card .thumb img"):
         js("arguments[0].scrollIntoView()", img)
         WebDriverWait(driver, 30).until(lambda d: js("return arguments[0].complete", img))
         i = int(js("return arguments[0].closest('.card').dataset.index", img))
         check(js("return arguments[0].naturalWidth", img) == manifest[i]["width"], f"thumbnail of {i} did not load")
-    check(len(driver.find_elements(By.CSS_SELECTOR, "#gallery .card img")) == len(ok), "an <img> per made image")
+    check(len(driver.find_elements(By.CSS_SELECTOR, "#gallery .card .thumb img")) == len(ok), "an <img> per made image")
     js("window.scrollTo(0, 0)")
 
     # the filter finds what Python's `in` finds (case-folded)

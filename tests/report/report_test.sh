@@ -2,8 +2,9 @@
 # The run report (OUT/report.html) of real generate runs under mpiexec, checked in headless
 # Chromium by check_report.py: a 2-rank run with a failed image, then a resumed 2-rank run
 # into the same folder (more prompts, the failed image made again, another one failing), and
-# `ditbatch report` writing the same page from the folder, and the page at 100,000 images
-# (check_scale.py). The screenshots stay in ARTEFACTS.
+# `ditbatch report` writing the same page from the folder, the page at 100,000 images
+# (check_scale.py), and an edit run's page, each input beside its output (check_edit_report.py).
+# The screenshots stay in ARTEFACTS.
 # Skips (77) where chromium, chromedriver or python3-selenium are missing
 # (tools/install-deps.sh installs them).
 # usage: report_test.sh DITBATCH TINY_MODEL ARTEFACTS_DIR
@@ -88,4 +89,23 @@ PY
 "$py" "$here/check_report.py" "$out" "$artefacts/report-command.png" --expect-runs 2 || fail "ditbatch report's page"
 # The same page at 100,000 images (the run's lines repeated): one page of the gallery in the DOM.
 "$py" "$here/check_scale.py" "$exe" "$out" "$work/scale" 100000 || fail "the report at 100,000 images"
+# An edit run (a tiny Edit-2511 file converted here), its inputs beside the prompt file and one
+# by an absolute path: each card shows its input images beside the output.
+golden="$here/../data/golden"
+cp -r "$golden/tiny-pipeline" "$work/edit-2511"
+cp -r "$golden/tiny-pipeline-edit-2511/." "$work/edit-2511/"
+"$exe" convert --from "$work/edit-2511" --to "$work/edit.h5" > "$work/convert.log" 2>&1 ||
+  { cat "$work/convert.log"; fail "converting the Edit-2511 folder"; }
+mkdir -p "$work/edits/pictures"
+cp "$golden/input_images/q90_420.jpg" "$work/edits/pictures/a.jpg"
+cp "$golden/input_images/rgb8.png" "$work/edits/pictures/b.png"
+cp "$golden/input_images/q75_422.jpg" "$work/c.jpg"
+cat > "$work/edits/edits.jsonl" <<EOF
+{"prompt": "make the sky green", "image": "pictures/a.jpg", "width": 64, "height": 48, "steps": 2}
+{"prompt": "put both on a table", "image": ["pictures/a.jpg", "pictures/b.png"], "width": 64, "height": 48, "steps": 2}
+{"prompt": "a sunny day", "image": "$work/c.jpg", "width": 64, "height": 48, "steps": 2}
+EOF
+"$exe" generate --weights "$work/edit.h5" --out "$work/edit-out" --prompts "$work/edits/edits.jsonl" --threads 1 \
+  > "$work/edit.log" 2>&1 || { cat "$work/edit.log"; fail "the edit run"; }
+"$py" "$here/check_edit_report.py" "$work/edit-out" "$artefacts/report-edit.png" || fail "the edit run's report"
 echo "PASS: report (screenshots in $artefacts)"

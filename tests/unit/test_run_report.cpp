@@ -108,6 +108,9 @@ TEST(RunReport, RunsLanesAndRatesFromTheManifestAndTheRunRecords) {
   const auto col = [&](const char* name) { return std::find(columns.begin(), columns.end(), name) - columns.begin(); };
   EXPECT_EQ(r["images"][0][col("seed")], "18446744073709551615");
   EXPECT_EQ(r["images"][2][col("error")], "cannot write the output: x");
+  // Text-to-image: no column of input images, and rows as long as the columns.
+  EXPECT_EQ(std::find(columns.begin(), columns.end(), "inputs"), columns.end());
+  EXPECT_EQ(r["images"][0].size(), columns.size());
   // Shared settings are in the header; the per-stage statistics are over the images made.
   EXPECT_EQ(r["shared"]["steps"], 4);
   EXPECT_EQ(r["shared"]["negative_prompt"], " ");
