@@ -65,9 +65,9 @@ __global__ void gemm_reference_kernel(RefGemmArgs p) {
 // launcher
 // ---------------------------------------------------------------------------------------------
 
-void gemm_reference(const CudaContext& ctx, const GemmCall& c) {
-  if (c.m <= 0 || c.n <= 0 || c.k <= 0 || c.batch < 1 || c.batch > 65535 || (c.n + kTile - 1) / kTile > 65535)
-    fail(cat(c.op, ": reference GEMM m ", c.m, " n ", c.n, " k ", c.k, " batch ", c.batch, " out of range"));
+namespace {
+
+void launch_reference(const CudaContext& ctx, const GemmCall& c) {
   RefGemmArgs p{c.m,       c.n,       c.k,        c.a.ptr, c.a.ld,  c.a.batch_stride, c.a.transposed,
                 c.b.ptr,   c.b.ld,    c.b.batch_stride,   c.b.transposed, c.d, c.ldd, c.d_batch_stride,
                 c.alpha,   c.bias,    c.epilogue == GemmEpilogue::GeluBias};
@@ -82,6 +82,24 @@ void gemm_reference(const CudaContext& ctx, const GemmCall& c) {
     });
   });
   ctx.launched(c.op);
+}
+
+}  // namespace
+
+void gemm_reference(const CudaContext& ctx, const GemmCall& c) {
+  if (c.m <= 0 || c.n <= 0 || c.k <= 0 || c.batch < 1 || c.batch > 65535)
+    fail(cat(c.op, ": reference GEMM m ", c.m, " n ", c.n, " k ", c.k, " batch ", c.batch, " out of range"));
+  // A grid's y side holds at most 65535 blocks: a wider output (the im2col of a megapixel image:
+  // n is its pixel count) runs as column slices of B and D, one launch each.
+  constexpr int64_t kMaxColumns = int64_t{65535} * kTile;
+  for (int64_t n0 = 0; n0 < c.n; n0 += kMaxColumns) {
+    GemmCall part = c;
+    part.n = std::min(kMaxColumns, c.n - n0);
+    const int64_t b_offset = c.b.transposed ? n0 : n0 * c.b.ld;  // op(B)'s column n0
+    part.b.ptr = static_cast<const char*>(c.b.ptr) + b_offset * static_cast<int64_t>(dtype_size(c.b.dtype));
+    part.d = static_cast<char*>(c.d) + n0 * c.ldd * static_cast<int64_t>(dtype_size(c.d_dtype));
+    launch_reference(ctx, part);
+  }
 }
 
 }  // namespace ditbatch::cuda

@@ -198,6 +198,26 @@ TEST(CudaGemm, CublasLtMatchesCpuAndTheReferenceKernel) {
   }
 }
 
+// More output columns than one grid side holds (65535 blocks of 16): the im2col GEMM of a
+// megapixel image's convolution (n = its pixel count) on the reference kernel, which the
+// emulation's cuBLASLt is, and which a GPU falls back on when cuBLASLt offers no algorithm.
+TEST(CudaGemm, TheReferenceKernelTakesMoreColumnsThanAGridSide) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = int64_t{65535} * 16 + 40, K = 4, N = 3;  // linear: the GEMM's n is the rows of x
+  const Tensor x = selftest::round_bf16(test::random_tensor({rows, K}, 311));
+  const Tensor w = selftest::round_bf16(test::random_tensor({N, K}, 312));
+  CpuBackend cpu;
+  const Tensor ref = cpu.linear(x, w, nullptr);
+  CudaBackendOptions o = CudaBackendOptions::from_env(0);
+  o.reference_gemm = true;
+  CudaBackend be(o, Log(0, 1, "warn"));
+  const Tensor y = be.to_host_f32(be.linear(be.upload(x, DType::BF16), be.upload_weight(w), nullptr, DType::F32));
+  EXPECT_LE(test::nmse(y, ref), 1e-9);
+  // the last rows, past the first launch's columns, are there
+  const Tensor tail = y.slice0(rows - 40, rows), ref_tail = ref.slice0(rows - 40, rows);
+  EXPECT_LE(test::nmse(tail, ref_tail), 1e-9);
+}
+
 #ifndef DITBATCH_CUDA_EMULATION  // the emulation has no cuBLASLt
 // The heuristic's results are filtered by their own configuration too (a second line of
 // defence should a cuBLASLt ignore the mask): an algorithm whose configuration reduces in the
