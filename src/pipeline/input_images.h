@@ -24,4 +24,9 @@ void inspect_input_images(std::vector<ImageJob>& jobs, int threads);
 // replaced since is an error, not another image made silently) and decoded.
 RgbImage read_input_image(const InputImage& image, const std::string& origin);
 
+// For runs that make their own jobs (selftest, bench): as many input images as the model takes
+// at least (none for text to image), each a small deterministic PNG written into `folder`, put in
+// the job as generate would (sha256, size) and settled by the model.
+void add_synthetic_input_images(ImageJob& job, const ImageModel& model, const std::string& folder);
+
 }  // namespace ditbatch
