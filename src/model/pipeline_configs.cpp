@@ -137,7 +137,7 @@ PipelineConfigs tiny_pipeline_configs() {
 
 PipelineConfigs tiny_pipeline_edit_configs(const std::string& pipeline_class, bool zero_cond_t) {
   PipelineConfigs c{tiny_transformer_config(fmt::format(R"(, "zero_cond_t": {})", zero_cond_t)),
-                    tiny_text_encoder_config(kTinyVisionKeys), vae_config(8), scheduler_config()};
+                    tiny_text_encoder_config(kTinyVisionKeys), vae_config(4), scheduler_config()};
   c.pipeline_class = pipeline_class;
   c.processor = kQwen25VLPreprocessorConfig;
   return c;

@@ -39,7 +39,7 @@ PipelineConfigs real_width_pipeline_21_configs(int64_t dit_layers, int64_t text_
 inline PipelineConfigs real_pipeline_21_configs() { return real_width_pipeline_21_configs(32, 36); }
 
 // The Edit families' (QwenImageEditPipeline; QwenImageEditPlusPipeline, with zero_cond_t for 2511)
-// for make-tiny --model qwen-image-edit*: make-tiny's Qwen-Image sizes with a VAE of base_dim 8 (its
+// for make-tiny --model qwen-image-edit*: make-tiny's Qwen-Image sizes with a VAE of base_dim 4 (its
 // encoder runs at ~1024x1024, the size the pipeline gives every input), a vision tower of 2 blocks
 // (window, then full attention) of 2 heads x 16 into the text width 64, and Qwen2.5-VL's published
 // image processor settings.
