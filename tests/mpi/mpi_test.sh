@@ -2,7 +2,7 @@
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
 # usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | sharded | webdataset | idle |
 #        empty | failure | kill-rerun | kill-rerun-sharded | kill-rerun-webdataset | weights-once |
-#        selftest | lora | qwen-image-21)
+#        selftest | lora | qwen-image-21 | qwen-image-edit)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -275,6 +275,44 @@ for a in sorted(Path(sys.argv[1]).glob("*.png")):
     assert pixels(a) != pixels(Path(sys.argv[2]) / a.name), f"{a.name}: the same pixels with and without the LoRAs"
 print("every image's pixels differ from the run without the LoRAs")
 PY
+    ;;
+  qwen-image-edit)
+    # An Edit-2511 file (make-tiny --model qwen-image-edit-2511) and prompt lines with input
+    # images (one or two, of several sizes; CFG on some; mixed output sizes): byte-identical
+    # images for -n 1 and -n 3 in every shard mode.
+    model_edit="$work/tiny-edit.h5"
+    "$exe" make-tiny --model qwen-image-edit-2511 --seed 3 --out "$model_edit" > "$work/make.log" 2>&1 || { cat "$work/make.log"; fail "make-tiny"; }
+    genedit() { local n=$1 out=$2; shift 2; mpiexec -n "$n" "$exe" generate --weights "$model_edit" --out "$out" --steps 2 "$@"; }
+    python3 - "$work" > "$work/edit.jsonl" <<'PY'
+import json, struct, sys, zlib
+from pathlib import Path
+
+def write_png(path, width, height, k):  # 8-bit RGB, a gradient that depends on k
+    rows = b"".join(b"\0" + bytes((x * 5 + y * 3 + k * 40) % 256 for x in range(width) for _ in range(3))
+                    for y in range(height))
+    chunk = lambda kind, data: (struct.pack(">I", len(data)) + kind + data +
+                                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+                           chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+work = Path(sys.argv[1])
+sizes = [(40, 30), (24, 36), (32, 32)]
+for k, (w, h) in enumerate(sizes):
+    write_png(work / f"in{k}.png", w, h, k)
+outputs = [(64, 48), (48, 64), (64, 64), (32, 48), (64, 32)]
+for i, (w, h) in enumerate(outputs):
+    line = {"prompt": f"edit number {i}: make it brighter", "width": w, "height": h,
+            "image": ["in0.png", "in1.png"] if i == 1 else f"in{i % 3}.png"}
+    line["cfg"] = 3.0 if i % 2 == 0 else 1.0  # true CFG on lines 0, 2 and 4
+    print(json.dumps(line))
+PY
+    genedit 1 "$work/edit-ref" --prompts "$work/edit.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/edit-ref" 5
+    for shard in contiguous strided dynamic; do
+      genedit 3 "$work/edit-n3-$shard" --prompts "$work/edit.jsonl" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+      check "$work/edit-n3-$shard" 5 "$work/edit-ref"
+    done
     ;;
   qwen-image-21)
     # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
