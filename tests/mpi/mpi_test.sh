@@ -25,6 +25,16 @@ check_tars() { python3 "$here/../webdataset/check_tars.py" "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
 count_pngs() { find "$1" -name '*.png' 2>/dev/null | wc -l; }  # in subfolders too (--layout sharded)
 alive() { local st; st=$(ps -o stat= -p "$1") && [[ $st != Z* ]]; }  # a child not yet waited for is a zombie
+# every_shard_mode GEN PROMPTS COUNT REF: `GEN 3 OUT --prompts PROMPTS` in each shard mode makes
+# REF's COUNT images byte for byte.
+every_shard_mode() {
+  local generate=$1 prompt_file=$2 count=$3 ref=$4 shard
+  for shard in contiguous strided dynamic; do
+    "$generate" 3 "$work/n3-$shard" --prompts "$prompt_file" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+    grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+    check "$work/n3-$shard" "$count" "$ref"
+  done
+}
 
 case $case_name in
   placement)
@@ -308,11 +318,22 @@ for i, (w, h) in enumerate(outputs):
 PY
     genedit 1 "$work/edit-ref" --prompts "$work/edit.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
     check "$work/edit-ref" 5
-    for shard in contiguous strided dynamic; do
-      genedit 3 "$work/edit-n3-$shard" --prompts "$work/edit.jsonl" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
-      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
-      check "$work/edit-n3-$shard" 5 "$work/edit-ref"
-    done
+    python3 - "$work/edit-ref" "$work/edit.jsonl" <<'PY' || fail "the Edit images are not of the lines' sizes, CFG and input images"
+import hashlib, json, struct, sys
+from pathlib import Path
+out, lines = Path(sys.argv[1]), [json.loads(l) for l in Path(sys.argv[2]).read_text().splitlines()]
+for record in map(json.loads, (out / "manifest.jsonl").read_text().splitlines()):
+    line = lines[record["index"]]
+    width, height = struct.unpack(">II", (out / record["file"]).read_bytes()[16:24])
+    assert (width, height) == (line["width"], line["height"]), record["file"]
+    assert record["true_cfg"] == (line["cfg"] > 1), record
+    images = line["image"] if isinstance(line["image"], list) else [line["image"]]
+    assert [i["path"] for i in record["input_images"]] == images, record
+    for i in record["input_images"]:
+        assert i["sha256"] == hashlib.sha256((Path(sys.argv[2]).parent / i["path"]).read_bytes()).hexdigest(), i
+print("5 Edit PNGs")
+PY
+    every_shard_mode genedit "$work/edit.jsonl" 5 "$work/edit-ref"
     ;;
   qwen-image-21)
     # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
@@ -332,11 +353,7 @@ for i in range(7):
 PY
     gen21 1 "$work/ref" --prompts "$work/p21.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
     check "$work/ref" 7
-    for shard in contiguous strided dynamic; do
-      gen21 3 "$work/n3-$shard" --prompts "$work/p21.jsonl" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
-      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
-      check "$work/n3-$shard" 7 "$work/ref"
-    done
+    every_shard_mode gen21 "$work/p21.jsonl" 7 "$work/ref"
     python3 - "$work/ref" <<'PY' || fail "the 2.1 images are not RGBA with the CFG the prompts asked for"
 import json, struct, sys
 from pathlib import Path
