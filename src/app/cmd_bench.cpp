@@ -41,6 +41,7 @@
 #include "model/transformer.h"
 #include "model/vae.h"
 #include "pipeline/image_model.h"
+#include "pipeline/input_images.h"
 #include "pipeline/qwen_image_pipeline.h"
 
 namespace ditbatch {
@@ -560,13 +561,15 @@ double status_mib(const std::string& field) {
 
 // One load as generate runs it: open and check the file, the tokenizer, the text encoder, one
 // prompt encoded (timed apart: compute, not load), transformer + VAE, and the first denoising
-// step of a 256x256 image.
+// step of a 256x256 image (from synthetic input images written into `folder` where the model
+// takes them).
 struct LoadRound {
   double open_s = 0, text_encoder_s = 0, prompt_s = 0, denoiser_s = 0, first_step_s = 0, total_s = 0;
   double peak_mib = 0, rss_before_mib = 0;
 };
 
-LoadRound load_round(const std::string& path, WeightAccess access, Backend& be, const Log& log) {
+LoadRound load_round(const std::string& path, WeightAccess access, Backend& be, const Log& log,
+                     const std::string& folder) {
   LoadRound r;
   r.rss_before_mib = status_mib("VmRSS:");
   reset_peak_rss();
@@ -579,19 +582,21 @@ LoadRound load_round(const std::string& path, WeightAccess access, Backend& be, 
         model->make_generator(be, log, model->default_max_sequence_length());
     ImageGenerator& pipeline = *generator;
     r.open_s = phase.seconds();
-    phase = Stopwatch();
-    pipeline.load_text_encoder();
-    be.synchronize();
-    r.text_encoder_s = phase.seconds();
-    phase = Stopwatch();
-    const PromptEmbedding prompt = pipeline.encode_prompt("a red fox in the snow");
-    be.synchronize();
-    r.prompt_s = phase.seconds();  // compute, not load: outside the load's sum
     ImageJob job;
     job.prompt = "a red fox in the snow";
     job.width = job.height = 256;
     job.steps = 2;
     job.file_stem = "bench";
+    job.origin = "bench load";
+    add_synthetic_input_images(job, *model, folder);
+    phase = Stopwatch();
+    pipeline.load_text_encoder();
+    be.synchronize();
+    r.text_encoder_s = phase.seconds();
+    phase = Stopwatch();
+    const PromptEmbedding prompt = pipeline.encode_prompt(job.prompt, job.images, nullptr);
+    be.synchronize();
+    r.prompt_s = phase.seconds();  // compute, not load: outside the load's sum
     phase = Stopwatch();
     pipeline.load_denoiser({job});
     be.synchronize();
@@ -658,6 +663,7 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
   if (lo.access != "read") accesses.emplace_back("mapped", WeightAccess::Mapped);
   if (lo.access != "mapped") accesses.emplace_back("read", WeightAccess::Read);
   bool dropped_all = true;
+  const TempFolder inputs("", "ditbatch-bench-");  // the input images of a model that takes them
   for (const std::string& cache : caches) {
     std::vector<double> read_s;
     std::vector<std::vector<LoadRound>> rounds(accesses.size());
@@ -676,7 +682,7 @@ int bench_load(const CommonOptions& o, const LoadOptions& lo, Backend& be, const
           const double r = sequential_read_seconds(path);
           if (round >= o.warmup) read_s.push_back(r);
         } else {
-          LoadRound l = load_round(path, accesses[which - 1].second, be, log);
+          LoadRound l = load_round(path, accesses[which - 1].second, be, log, inputs.path());
           if (round >= o.warmup) rounds[which - 1].push_back(l);
         }
       }

@@ -114,12 +114,6 @@ const FolderFamily& folder_family(const std::string& pipeline_class, const std::
   fail_input("{}/model_index.json: _class_name '{}': ditbatch converts {} folders", folder, pipeline_class, known);
 }
 
-bool reads_images(const std::string& pipeline_class) {
-  for (const FolderFamily& f : kFolderFamilies)
-    if (pipeline_class == f.pipeline_class) return f.image_processor_folder != nullptr;
-  return false;
-}
-
 // Text-encoder tensors the family's pipeline never reads, left out of the file: the LM head, and
 // the vision tower of a text-only family.
 bool unused_text_encoder_tensor(const std::string& name, const std::string& pipeline_class) {
@@ -136,6 +130,12 @@ std::string vision_tensor_prefix(const std::function<bool(const std::string&)>& 
 }
 
 }  // namespace
+
+bool reads_images(const std::string& pipeline_class) {
+  for (const FolderFamily& f : kFolderFamilies)
+    if (pipeline_class == f.pipeline_class) return f.image_processor_folder != nullptr;
+  return false;
+}
 
 bool keeps_vae_encoder(const std::string& pipeline_class) {
   for (const FolderFamily& f : kFolderFamilies)

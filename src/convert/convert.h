@@ -47,6 +47,10 @@ void check_output_file(const std::string& path, const std::vector<std::string>& 
 // True for the pipeline classes whose model reads the VAE's encoder (encoder.*, quant_conv.*):
 // convert checks those tensors and make-tiny writes them. False for unknown classes.
 bool keeps_vae_encoder(const std::string& pipeline_class);
+// True for the pipeline classes whose model reads input images (the Edit pipelines): their text
+// encoder's vision tower (visual.*) and the image processor's settings (a processor component)
+// are kept. False for unknown classes.
+bool reads_images(const std::string& pipeline_class);
 
 // True for text-encoder tensors a text-only pipeline never reads (vision tower, LM head).
 bool is_unused_text_encoder_tensor(const std::string& name);

@@ -14,6 +14,8 @@
 #include "model/qwen_image_21/transformer.h"
 #include "model/qwen_image_21/vae.h"
 #include "model/qwen_image_constants.h"
+#include "model/qwen_image_edit_constants.h"
+#include "model/qwen_vl_vision.h"
 #include "model/random_weights.h"
 #include "model/tokenizer.h"
 #include "model/text_encoder.h"
@@ -65,6 +67,12 @@ FamilyContents family_contents(const PipelineConfigs& c, const std::string& sour
     return {QwenImageTransformer::weight_specs(dit), QwenTextEncoder::weight_specs(te), VaeDecoder::weight_specs(vae),
             kQwenImagePromptTemplate, kQwenImageDropIdx};
   }
+  if (c.pipeline_class == "QwenImageEditPipeline" || c.pipeline_class == "QwenImageEditPlusPipeline") {
+    const auto [dit, te, vae] = parse_model_configs(c, source);
+    return {QwenImageTransformer::weight_specs(dit), QwenTextEncoder::weight_specs(te), VaeDecoder::weight_specs(vae),
+            c.pipeline_class == "QwenImageEditPipeline" ? kQwenImageEditPromptTemplate : kQwenImageEditPlusPromptTemplate,
+            kQwenImageEditDropIdx};
+  }
   if (c.pipeline_class == "QwenImage21Pipeline") {
     const auto dit = Transformer21Config::from(Config::parse(c.transformer, source + " transformer"));
     const auto te = TextEncoderConfig::from(Config::parse(c.text_encoder, source + " text_encoder"));
@@ -85,6 +93,16 @@ void add_vae_encoder(FamilyContents& contents, const PipelineConfigs& c, const s
   const VaeConfig vae = VaeConfig::from(Config::parse(c.vae, source + " vae"));
   const std::vector<WeightSpec> encoder = VaeEncoder::weight_specs(vae);
   contents.vae.insert(contents.vae.end(), encoder.begin(), encoder.end());
+}
+
+// The text encoder's vision tower (visual.*, from its config's vision_config), for the families
+// whose model reads input images (convert's reads_images); they need the image processor's settings.
+void add_vision_tower(FamilyContents& contents, const PipelineConfigs& c, const std::string& source) {
+  if (!reads_images(c.pipeline_class)) return;
+  if (c.processor.empty()) fail_input("{}: a {} without the image processor's settings", source, c.pipeline_class);
+  const VisionConfig vision = VisionConfig::from(Config::parse(c.text_encoder, source + " text_encoder"));
+  for (WeightSpec& spec : QwenVisionTower::weight_specs(vision, QwenVisionTower::kTensorPrefix))
+    contents.text_encoder.push_back(std::move(spec));
 }
 
 const std::vector<std::string> kTokenizerFiles = {"added_tokens.json", "merges.txt", "tokenizer_config.json",
@@ -109,6 +127,7 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
   const PipelineConfigs& c = opt.configs;
   FamilyContents contents = family_contents(c, opt.source, tokenizer_dir);
   add_vae_encoder(contents, c, opt.source);
+  add_vision_tower(contents, c, opt.source);
 
   std::vector<std::string> inputs;
   for (const auto& f : tokenizer_files) inputs.push_back(tokenizer_dir + "/" + f);
@@ -127,17 +146,44 @@ void write_random_pipeline(const RandomPipelineOptions& opt, const Log& log) {
   writer.end_component();
   writer.begin_component("scheduler", c.scheduler);
   writer.end_component();
+  if (!c.processor.empty()) {  // as convert stores preprocessor_config.json
+    writer.begin_component("processor", c.processor);
+    writer.end_component();
+  }
   writer.finish();
   log.info("wrote random pipeline {} (seed {})", opt.out, opt.seed);
 }
 
-std::vector<std::string> tiny_pipeline_models() { return {"qwen-image", "qwen-image-2.1"}; }
+namespace {
+
+// make-tiny's families by --model name, the default first.
+struct TinyFamily {
+  const char* model;
+  PipelineConfigs (*configs)();
+};
+const TinyFamily kTinyFamilies[] = {
+    {"qwen-image", tiny_pipeline_configs},
+    {"qwen-image-2.1", tiny_pipeline_21_configs},
+    {"qwen-image-edit", [] { return tiny_pipeline_edit_configs("QwenImageEditPipeline", false); }},
+    {"qwen-image-edit-2509", [] { return tiny_pipeline_edit_configs("QwenImageEditPlusPipeline", false); }},
+    {"qwen-image-edit-2511", [] { return tiny_pipeline_edit_configs("QwenImageEditPlusPipeline", true); }},
+};
+
+}  // namespace
+
+std::vector<std::string> tiny_pipeline_models() {
+  std::vector<std::string> models;
+  for (const TinyFamily& f : kTinyFamilies) models.push_back(f.model);
+  return models;
+}
 
 void make_tiny_pipeline(const TinyPipelineOptions& opt, const Log& log) {
-  if (opt.model != "qwen-image" && opt.model != "qwen-image-2.1")
-    fail_input("--model '{}': make-tiny writes {}", opt.model, fmt::join(tiny_pipeline_models(), " or "));
+  const auto family = std::find_if(std::begin(kTinyFamilies), std::end(kTinyFamilies),
+                                   [&](const TinyFamily& f) { return opt.model == f.model; });
+  if (family == std::end(kTinyFamilies))
+    fail_input("--model '{}': make-tiny writes {}", opt.model, fmt::join(tiny_pipeline_models(), ", "));
   write_random_pipeline({.out = opt.out,
-                         .configs = opt.model == "qwen-image" ? tiny_pipeline_configs() : tiny_pipeline_21_configs(),
+                         .configs = family->configs(),
                          .dtype = DType::F32,
                          .seed = opt.seed,
                          .fast_draw = false,

@@ -1,6 +1,8 @@
-// `ditbatch make-tiny`: a small random pipeline of a family (Qwen-Image, Qwen-Image-2.1) with the
-// real architecture (tiny_pipeline_configs / tiny_pipeline_21_configs, model/pipeline_configs.h)
-// and the real Qwen2.5-VL tokenizer (the byte-level BPE Qwen3-VL's shares).
+// `ditbatch make-tiny`: a small random pipeline of a family (Qwen-Image, Qwen-Image-2.1, the Edit
+// families) with the real architecture (tiny_pipeline_configs / tiny_pipeline_21_configs /
+// tiny_pipeline_edit_configs, model/pipeline_configs.h) and the real Qwen2.5-VL tokenizer (the
+// byte-level BPE Qwen3-VL's shares). An Edit file holds what convert writes of an Edit folder: the
+// vision tower in the text encoder, the VAE encoder, the processor component.
 // Deterministic for a seed: the same seed writes the same file, byte for byte.
 #pragma once
 
@@ -30,7 +32,7 @@ void write_random_pipeline(const RandomPipelineOptions& options, const Log& log)
 
 struct TinyPipelineOptions {
   std::string out;
-  std::string model = "qwen-image";  // or "qwen-image-2.1"
+  std::string model = "qwen-image";  // or another of tiny_pipeline_models()
   uint64_t seed = 0;
   std::string tokenizer_dir;  // default: the tokenizer shipped in weights/tokenizer
 };

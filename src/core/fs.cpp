@@ -397,4 +397,16 @@ bool is_plain_file_name(const std::string& name) {
          name.find('\0') == std::string::npos;
 }
 
+TempFolder::TempFolder(const std::string& parent, const std::string& prefix) {
+  std::string tmpl =
+      (parent.empty() ? std::filesystem::temp_directory_path().string() : parent) + "/" + prefix + "XXXXXX";
+  if (!mkdtemp(tmpl.data())) fail("cannot make a temporary folder under {}: {}", parent, std::strerror(errno));
+  path_ = tmpl;
+}
+
+TempFolder::~TempFolder() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
 }  // namespace ditbatch

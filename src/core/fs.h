@@ -102,6 +102,21 @@ bool file_exists(const std::string& path);
 // A plain file name inside a folder: not empty, not "." or "..", no '/' and no NUL.
 bool is_plain_file_name(const std::string& name);
 
+// A fresh folder "<parent>/<prefix>XXXXXX" (parent "": the system's temporary folder), removed
+// with everything in it when the object dies.
+class TempFolder {
+ public:
+  TempFolder(const std::string& parent, const std::string& prefix);
+  ~TempFolder();
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // When process `pid` started (clock ticks since boot, field 22 of /proc/PID/stat); 0 when
 // /proc cannot say.
 uint64_t process_start_time(int pid);

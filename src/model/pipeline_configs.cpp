@@ -20,10 +20,12 @@ const char* kLatentsStd =
     "[2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743, 3.2687, 2.1526, 2.8652, 1.5579, 1.6382, "
     "1.1253, 2.8251, 1.9160]";
 
-std::string tiny_transformer_config() {
-  return R"({"_class_name": "QwenImageTransformer2DModel", "patch_size": 2, "in_channels": 64, "out_channels": 16,
- "num_layers": 2, "attention_head_dim": 32, "num_attention_heads": 2, "joint_attention_dim": 64,
- "guidance_embeds": false, "axes_dims_rope": [8, 12, 12]})";
+// `extra`: further keys (Edit's zero_cond_t), after a comma.
+std::string tiny_transformer_config(const std::string& extra = "") {
+  return fmt::format(R"({{"_class_name": "QwenImageTransformer2DModel", "patch_size": 2, "in_channels": 64,
+ "out_channels": 16, "num_layers": 2, "attention_head_dim": 32, "num_attention_heads": 2, "joint_attention_dim": 64,
+ "guidance_embeds": false, "axes_dims_rope": [8, 12, 12]{}}})",
+                     extra);
 }
 
 std::string vae_config(int64_t base_dim) {
@@ -33,13 +35,30 @@ std::string vae_config(int64_t base_dim) {
                      base_dim, kLatentsMean, kLatentsStd);
 }
 
-std::string tiny_text_encoder_config() {
-  return R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
- "text_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+// The vision tower's keys sit beside text_config, as in Qwen2.5-VL's config.json ("" for none).
+std::string tiny_text_encoder_config(const std::string& vision = "") {
+  return fmt::format(R"({{"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+ "text_config": {{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
   "intermediate_size": 128, "vocab_size": 152064, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
   "hidden_act": "silu", "use_sliding_window": false,
-  "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}}})";
+  "rope_scaling": {{"type": "mrope", "mrope_section": [2, 3, 3]}}}}{}}})",
+                     vision);
 }
+
+// The real checkpoint's token ids (the shipped tokenizer's) and a 2-block tower with the real
+// patch, merge and window geometry: block 0 windowed, block 1 full attention.
+const char* kTinyVisionKeys = R"(, "image_token_id": 151655, "vision_start_token_id": 151652,
+ "vision_end_token_id": 151653,
+ "vision_config": {"depth": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+  "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2, "window_size": 112,
+  "fullatt_block_indexes": [1], "in_channels": 3, "hidden_act": "silu", "tokens_per_second": 2,
+  "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0}})";
+
+// Qwen2.5-VL's published preprocessor_config.json (Qwen-Image-Edit's processor/).
+const char* kQwen25VLPreprocessorConfig = R"({"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14,
+ "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+ "image_std": [0.26862954, 0.26130258, 0.27577711], "image_processor_type": "Qwen2VLImageProcessor",
+ "processor_class": "Qwen2_5_VLProcessor"})";
 
 std::string scheduler_config() {
   return R"({"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 1.0,
@@ -114,6 +133,14 @@ PipelineConfigs real_width_pipeline_21_configs(int64_t dit_layers, int64_t text_
 
 PipelineConfigs tiny_pipeline_configs() {
   return {tiny_transformer_config(), tiny_text_encoder_config(), vae_config(16), scheduler_config()};
+}
+
+PipelineConfigs tiny_pipeline_edit_configs(const std::string& pipeline_class, bool zero_cond_t) {
+  PipelineConfigs c{tiny_transformer_config(fmt::format(R"(, "zero_cond_t": {})", zero_cond_t)),
+                    tiny_text_encoder_config(kTinyVisionKeys), vae_config(4), scheduler_config()};
+  c.pipeline_class = pipeline_class;
+  c.processor = kQwen25VLPreprocessorConfig;
+  return c;
 }
 
 PipelineConfigs real_width_pipeline_configs(int64_t dit_layers, int64_t text_layers) {

@@ -15,6 +15,7 @@ namespace ditbatch {
 struct PipelineConfigs {
   std::string transformer, text_encoder, vae, scheduler;
   std::string pipeline_class = "QwenImagePipeline";  // the family the components are of
+  std::string processor;  // the image processor's preprocessor_config.json (Edit); "" for text to image
 };
 // make-tiny's: DiT 2 blocks of 2 heads x 32, rope axes (8, 12, 12), joint dim 64; VAE base_dim
 // 16, z_dim 16; text encoder hidden 64, 2 layers, GQA 4/2.
@@ -36,6 +37,13 @@ PipelineConfigs tiny_pipeline_21_configs();
 PipelineConfigs real_width_pipeline_21_configs(int64_t dit_layers, int64_t text_layers);
 // The published 2.1 transformer: 32 blocks (and Qwen3-VL-8B's 36 text layers).
 inline PipelineConfigs real_pipeline_21_configs() { return real_width_pipeline_21_configs(32, 36); }
+
+// The Edit families' (QwenImageEditPipeline; QwenImageEditPlusPipeline, with zero_cond_t for 2511)
+// for make-tiny --model qwen-image-edit*: make-tiny's Qwen-Image sizes with a VAE of base_dim 4 (its
+// encoder runs at ~1024x1024, the size the pipeline gives every input), a vision tower of 2 blocks
+// (window, then full attention) of 2 heads x 16 into the text width 64, and Qwen2.5-VL's published
+// image processor settings.
+PipelineConfigs tiny_pipeline_edit_configs(const std::string& pipeline_class, bool zero_cond_t);
 
 struct ModelConfigs {
   TransformerConfig transformer;

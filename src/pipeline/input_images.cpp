@@ -9,6 +9,7 @@
 #include "core/fs.h"
 #include "core/sha256.h"
 #include "io/image_read.h"
+#include "io/png_io.h"
 
 namespace ditbatch {
 
@@ -98,6 +99,26 @@ std::string recorded_input_file(const std::string& path, const std::string& fold
   if (path.starts_with('/')) return path;
   if (folder.empty() || path.empty()) return "";
   return (std::filesystem::path(folder) / path).lexically_normal().string();
+}
+
+namespace {
+
+// A 40x30 RGB picture (the size of a small user image; the pipeline resizes every input anyway),
+// its colours a function of `k`, so that two inputs differ.
+InputImage write_synthetic_input_image(const std::string& path, int k) {
+  constexpr int64_t kWidth = 40, kHeight = 30;
+  std::vector<uint8_t> rgb(static_cast<size_t>(kWidth * kHeight * 3));
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>((i * 7 + static_cast<size_t>(k) * 91) % 251);
+  const std::string bytes = write_png_atomic(path, rgb.data(), kWidth, kHeight, 3, {});
+  return {path, path, sha256_hex(bytes), kWidth, kHeight};
+}
+
+}  // namespace
+
+void add_synthetic_input_images(ImageJob& job, const ImageModel& model, const std::string& folder) {
+  for (int k = 0; k < model.min_input_images(); ++k)
+    job.images.push_back(write_synthetic_input_image(folder + "/synthetic-input-" + std::to_string(k) + ".png", k));
+  model.settle_input_images(job);
 }
 
 }  // namespace ditbatch

@@ -34,4 +34,9 @@ std::string relative_inputs_folder(const std::vector<ImageJob>& jobs);
 // relative path when no folder is known.
 std::string recorded_input_file(const std::string& path, const std::string& folder);
 
+// For runs that make their own jobs (selftest, bench): as many input images as the model takes
+// at least (none for text to image), each a small deterministic PNG written into `folder`, put in
+// the job as generate would (sha256, size) and settled by the model.
+void add_synthetic_input_images(ImageJob& job, const ImageModel& model, const std::string& folder);
+
 }  // namespace ditbatch

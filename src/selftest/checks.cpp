@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "cpu/cpu_backend.h"
 #include "convert/tiny_pipeline.h"
 #include "pipeline/image_model.h"
@@ -31,27 +32,6 @@ std::string image_result(const ImageAgreement& a) {
   return fmt::format("latents nmse {:.2g}, image {:.1f} dB, max diff {}, {:.1f}% equal", a.latents_nmse, a.psnr_db,
                      a.max_pixel_diff, 100.0 * a.equal_fraction);
 }
-
-// A temporary folder removed with everything in it (the tiny models: ~55 MB each).
-class TempFolder {
- public:
-  explicit TempFolder(const std::string& parent) {
-    std::string tmpl = (parent.empty() ? std::filesystem::temp_directory_path().string() : parent) +
-                       "/ditbatch-selftest-XXXXXX";
-    if (!mkdtemp(tmpl.data())) fail("cannot make a temporary folder under {}: {}", parent, std::strerror(errno));
-    path_ = tmpl;
-  }
-  ~TempFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempFolder(const TempFolder&) = delete;
-  TempFolder& operator=(const TempFolder&) = delete;
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 void add_image_rows(Report& report, const std::string& group, const std::vector<ImageJob>& jobs,
                     const std::vector<GeneratedImage>& images, const std::vector<Tensor>& ref_latents,
@@ -114,7 +94,7 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
                      const Log& log) {
   const std::string group = fmt::format("pipeline {}", dtype_name(act));
   try {
-    TempFolder temp(o.temp_dir);
+    TempFolder temp(o.temp_dir, "ditbatch-selftest-");  // the tiny models: ~55 MB each
     std::unique_ptr<Backend> be = make(act);
     const bool on_cpu = be->device() == Device::Host;
     // Each family's tiny model on this backend against the CPU's images.
@@ -128,7 +108,7 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
         continue;
       }
       const WeightStore weights = WeightStore::open(model);
-      const std::vector<ImageJob> jobs = tiny_pipeline_jobs(ImageModel::open(weights)->generation_defaults());
+      const std::vector<ImageJob> jobs = tiny_pipeline_jobs(*ImageModel::open(weights), temp.path());
       std::vector<GeneratedImage> reference;
       std::string against = "the cpu backend";
       if (on_cpu) {

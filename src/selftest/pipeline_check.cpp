@@ -11,6 +11,7 @@
 #include "io/h5.h"
 #include "convert/tiny_pipeline.h"
 #include "pipeline/image_model.h"
+#include "pipeline/input_images.h"
 
 namespace ditbatch::selftest {
 
@@ -67,13 +68,16 @@ std::string image_failure(const ImageAgreement& a, const ImageBound& bound) {
   return "";
 }
 
-std::vector<ImageJob> tiny_pipeline_jobs(const GenerationDefaults& family) {
-  std::vector<ImageJob> jobs(2);
-  // Strings are constructed, then moved in: gcc 12 -O2 -Wrestrict misreads assignments from a literal here.
-  jobs[0].prompt = std::string("a cat");
-  jobs[1].prompt = std::string("a lighthouse on a rocky coast at dawn, gulls over the waves, oil painting");
+std::vector<ImageJob> tiny_pipeline_jobs(const ImageModel& model, const std::string& folder) {
+  const GenerationDefaults family = model.generation_defaults();
+  // A model that takes images encodes each at ~1024x1024 (the VAE encoder, 4096 condition tokens
+  // in the transformer) whatever the output size: one job, or its check alone takes half a minute.
+  const std::vector<std::string> prompts = {
+      "a cat", "a lighthouse on a rocky coast at dawn, gulls over the waves, oil painting"};
+  std::vector<ImageJob> jobs(model.min_input_images() > 0 ? 1 : prompts.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     ImageJob& j = jobs[i];
+    j.prompt = prompts[i];
     j.index = static_cast<int64_t>(i);
     j.negative_prompt = std::string(" ");
     j.seed = 42 + i;
@@ -86,6 +90,7 @@ std::vector<ImageJob> tiny_pipeline_jobs(const GenerationDefaults& family) {
     j.true_cfg = true;
     j.file_stem = fmt::format("{:06d}-selftest", i);
     j.origin = "selftest";
+    add_synthetic_input_images(j, model, folder);
   }
   return jobs;
 }
@@ -107,8 +112,8 @@ std::vector<GeneratedImage> run_pipeline(Backend& be, const WeightStore& weights
   ImageGenerator& pipeline = *generator;
   std::vector<PromptEmbedding> prompts, negatives;
   for (const auto& j : jobs) {
-    prompts.push_back(pipeline.encode_prompt(j.prompt));
-    negatives.push_back(j.true_cfg ? pipeline.encode_prompt(j.negative_prompt) : PromptEmbedding{});
+    prompts.push_back(pipeline.encode_prompt(j.prompt, j.images, nullptr));
+    negatives.push_back(j.true_cfg ? pipeline.encode_prompt(j.negative_prompt, j.images, nullptr) : PromptEmbedding{});
   }
   pipeline.load_denoiser(jobs);  // conditioning at load, as generate does
   std::vector<GeneratedImage> images;

@@ -16,6 +16,7 @@
 #include "io/weight_store.h"
 #include "pipeline/job.h"
 #include "pipeline/image_generator.h"
+#include "pipeline/image_model.h"
 
 namespace ditbatch::selftest {
 
@@ -44,8 +45,9 @@ ImageBound image_bound(DType act, bool bitwise);
 std::string image_failure(const ImageAgreement& a, const ImageBound& bound);
 
 // A tiny model's jobs: prompts of different lengths, 3 steps (or the family's fixed count), true
-// CFG 4, 64x48 and 48x64 (at a size multiple of 32: 64x32 and 32x64).
-std::vector<ImageJob> tiny_pipeline_jobs(const GenerationDefaults& family);
+// CFG 4, 64x48 and 48x64 (at a size multiple of 32: 64x32 and 32x64); for a model that takes
+// input images, the first job alone, with synthetic images written into `folder`.
+std::vector<ImageJob> tiny_pipeline_jobs(const ImageModel& model, const std::string& folder);
 // make-tiny's pipeline of `model` (make-tiny --model, seed 5) at `path`; `tokenizer_dir` empty:
 // make-tiny's default.
 void write_tiny_model(const std::string& path, const std::string& tokenizer_dir,

@@ -2,7 +2,7 @@
 # MPI tests of `ditbatch generate` under mpiexec (oversubscribed, CPU backend, tiny model).
 # usage: mpi_test.sh CASE DITBATCH TINY_MODEL   (CASE: placement | sharded | webdataset | idle |
 #        empty | failure | kill-rerun | kill-rerun-sharded | kill-rerun-webdataset | weights-once |
-#        selftest | lora | qwen-image-21)
+#        selftest | lora | qwen-image-21 | qwen-image-edit)
 set -euo pipefail
 case_name=$1 exe=$2 model=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +25,16 @@ check_tars() { python3 "$here/../webdataset/check_tars.py" "$@"; }
 fail() { echo "FAIL: $*"; exit 1; }
 count_pngs() { find "$1" -name '*.png' 2>/dev/null | wc -l; }  # in subfolders too (--layout sharded)
 alive() { local st; st=$(ps -o stat= -p "$1") && [[ $st != Z* ]]; }  # a child not yet waited for is a zombie
+# every_shard_mode GEN PROMPTS COUNT REF: `GEN 3 OUT --prompts PROMPTS` in each shard mode makes
+# REF's COUNT images byte for byte.
+every_shard_mode() {
+  local generate=$1 prompt_file=$2 count=$3 ref=$4 shard
+  for shard in contiguous strided dynamic; do
+    "$generate" 3 "$work/n3-$shard" --prompts "$prompt_file" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
+    grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
+    check "$work/n3-$shard" "$count" "$ref"
+  done
+}
 
 case $case_name in
   placement)
@@ -276,6 +286,55 @@ for a in sorted(Path(sys.argv[1]).glob("*.png")):
 print("every image's pixels differ from the run without the LoRAs")
 PY
     ;;
+  qwen-image-edit)
+    # An Edit-2511 file (make-tiny --model qwen-image-edit-2511) and prompt lines with input
+    # images (one or two, of several sizes; CFG on some; mixed output sizes): byte-identical
+    # images for -n 1 and -n 3 in every shard mode.
+    model_edit="$work/tiny-edit.h5"
+    "$exe" make-tiny --model qwen-image-edit-2511 --seed 3 --out "$model_edit" > "$work/make.log" 2>&1 || { cat "$work/make.log"; fail "make-tiny"; }
+    genedit() { local n=$1 out=$2; shift 2; mpiexec -n "$n" "$exe" generate --weights "$model_edit" --out "$out" --steps 2 "$@"; }
+    python3 - "$work" > "$work/edit.jsonl" <<'PY'
+import json, struct, sys, zlib
+from pathlib import Path
+
+def write_png(path, width, height, k):  # 8-bit RGB, a gradient that depends on k
+    rows = b"".join(b"\0" + bytes((x * 5 + y * 3 + k * 40) % 256 for x in range(width) for _ in range(3))
+                    for y in range(height))
+    chunk = lambda kind, data: (struct.pack(">I", len(data)) + kind + data +
+                                struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+    Path(path).write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) +
+                           chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+work = Path(sys.argv[1])
+sizes = [(40, 30), (24, 36), (32, 32)]
+for k, (w, h) in enumerate(sizes):
+    write_png(work / f"in{k}.png", w, h, k)
+outputs = [(64, 48), (48, 64), (64, 64), (32, 48), (64, 32)]
+for i, (w, h) in enumerate(outputs):
+    line = {"prompt": f"edit number {i}: make it brighter", "width": w, "height": h,
+            "image": ["in0.png", "in1.png"] if i == 1 else f"in{i % 3}.png"}
+    line["cfg"] = 3.0 if i % 2 == 0 else 1.0  # true CFG on lines 0, 2 and 4
+    print(json.dumps(line))
+PY
+    genedit 1 "$work/edit-ref" --prompts "$work/edit.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
+    check "$work/edit-ref" 5
+    python3 - "$work/edit-ref" "$work/edit.jsonl" <<'PY' || fail "the Edit images are not of the lines' sizes, CFG and input images"
+import hashlib, json, struct, sys
+from pathlib import Path
+out, lines = Path(sys.argv[1]), [json.loads(l) for l in Path(sys.argv[2]).read_text().splitlines()]
+for record in map(json.loads, (out / "manifest.jsonl").read_text().splitlines()):
+    line = lines[record["index"]]
+    width, height = struct.unpack(">II", (out / record["file"]).read_bytes()[16:24])
+    assert (width, height) == (line["width"], line["height"]), record["file"]
+    assert record["true_cfg"] == (line["cfg"] > 1), record
+    images = line["image"] if isinstance(line["image"], list) else [line["image"]]
+    assert [i["path"] for i in record["input_images"]] == images, record
+    for i in record["input_images"]:
+        assert i["sha256"] == hashlib.sha256((Path(sys.argv[2]).parent / i["path"]).read_bytes()).hexdigest(), i
+print("5 Edit PNGs")
+PY
+    every_shard_mode genedit "$work/edit.jsonl" 5 "$work/edit-ref"
+    ;;
   qwen-image-21)
     # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
     # for -n 1 and -n 3 in every shard mode, with CFG on some prompts and mixed sizes (its sides
@@ -294,11 +353,7 @@ for i in range(7):
 PY
     gen21 1 "$work/ref" --prompts "$work/p21.jsonl" > "$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "reference run"; }
     check "$work/ref" 7
-    for shard in contiguous strided dynamic; do
-      gen21 3 "$work/n3-$shard" --prompts "$work/p21.jsonl" --shard "$shard" > "$work/log" 2>&1 || { cat "$work/log"; fail "-n 3 $shard"; }
-      grep -q "shard $shard" "$work/log" || { cat "$work/log"; fail "shard mode $shard not used"; }
-      check "$work/n3-$shard" 7 "$work/ref"
-    done
+    every_shard_mode gen21 "$work/p21.jsonl" 7 "$work/ref"
     python3 - "$work/ref" <<'PY' || fail "the 2.1 images are not RGBA with the CFG the prompts asked for"
 import json, struct, sys
 from pathlib import Path

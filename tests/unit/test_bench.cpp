@@ -190,6 +190,22 @@ TEST(Bench, LoadTimesTheFileAndThePipelineLoad) {
   EXPECT_FALSE(std::filesystem::exists(dir / "never.h5"));
 }
 
+// An Edit file's load reaches the first step from an input image it makes itself (the prompt is
+// encoded with it, the condition latents from it), and leaves no image behind in the temp folder.
+TEST(Bench, LoadRunsAnEditFileFromASyntheticInputImage) {
+  test::TempDir dir;
+  ASSERT_EQ(test::run(test::exe() + " make-tiny --model qwen-image-edit-2511 --out " + (dir / "edit.h5")).status, 0);
+  auto r = test::run(fmt::format("TMPDIR={} {} bench load --weights {} --steps 1 --warmup 0 --cache warm --access mapped "
+                                 "--backend cpu",
+                                 dir.path(), test::exe(), dir / "edit.h5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json a = bench_json(r.output)["warm"]["mapped"];
+  for (const char* field : {"prompt_s", "first_step_s"}) EXPECT_GT(a[field].get<double>(), 0.0) << field;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"edit.h5"});
+}
+
 // The convert bench converts a folder written from the file and says the checksum came back.
 TEST(Bench, ConvertTimesTheWriteAndGivesBackTheChecksum) {
   test::TempDir dir;

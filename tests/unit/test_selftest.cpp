@@ -100,15 +100,18 @@ TEST(Selftest, TheCpuPassesAgainstFloat64AndDiffusers) {
   o.goldens = test::golden("");
   selftest::check_pipelines(report, cpu, DType::F32, o, Log::quiet());
   EXPECT_TRUE(report.passed()) << report.table(false);
-  int64_t ops = 0, tiny = 0, diffusers = 0;
+  int64_t ops = 0, tiny = 0, diffusers = 0, edit = 0;
   for (const auto& row : report.checks()) {
     EXPECT_EQ(row.status, selftest::Status::Pass) << row.group << "/" << row.name << ": " << row.note;
     ops += row.group == "ops f32";
     tiny += row.group == "pipeline f32 (tiny model)";
+    // The Edit families' check: one job each, from a synthetic input image.
+    edit += row.group.starts_with("pipeline f32 (tiny qwen-image-edit");
     diffusers += row.group == "pipeline f32 (diffusers)";
   }
   EXPECT_EQ(ops, std::ssize(selftest::all_op_cases()));
   EXPECT_EQ(tiny, 2);
+  EXPECT_EQ(edit, 3);
   EXPECT_EQ(diffusers, 4);
 }
 
