@@ -289,7 +289,8 @@ PY
   qwen-image-edit)
     # An Edit-2511 file (make-tiny --model qwen-image-edit-2511) and prompt lines with input
     # images (one or two, of several sizes; CFG on some; mixed output sizes): byte-identical
-    # images for -n 1 and -n 3 in every shard mode.
+    # images for -n 1 and -n 3 in every shard mode, and in WebDataset tars whose samples' .json
+    # list the inputs.
     model_edit="$work/tiny-edit.h5"
     "$exe" make-tiny --model qwen-image-edit-2511 --seed 3 --out "$model_edit" > "$work/make.log" 2>&1 || { cat "$work/make.log"; fail "make-tiny"; }
     genedit() { local n=$1 out=$2; shift 2; mpiexec -n "$n" "$exe" generate --weights "$model_edit" --out "$out" --steps 2 "$@"; }
@@ -334,6 +335,23 @@ for record in map(json.loads, (out / "manifest.jsonl").read_text().splitlines())
 print("5 Edit PNGs")
 PY
     every_shard_mode genedit "$work/edit.jsonl" 5 "$work/edit-ref"
+    # WebDataset: the flat layout's images in tars, each sample's .json the record with its inputs.
+    genedit 3 "$work/edit-wds" --prompts "$work/edit.jsonl" --output-format webdataset --images-per-tar 2 > "$work/log" 2>&1 ||
+      { cat "$work/log"; fail "-n 3 webdataset"; }
+    check_tars "$work/edit-wds" 5 2 "$work/edit-ref"
+    python3 - "$work/edit-wds" <<'PY' || fail "a WebDataset sample's .json lacks its input images"
+import json, sys, tarfile
+from pathlib import Path
+samples = 0
+for tar in sorted(Path(sys.argv[1]).glob("*.tar")):
+    with tarfile.open(tar) as t:
+        for member in t.getmembers():
+            if member.name.endswith(".json"):
+                record = json.load(t.extractfile(member))
+                assert record["input_images"] and all(len(i["sha256"]) == 64 for i in record["input_images"]), record
+                samples += 1
+assert samples == 5, samples
+PY
     ;;
   qwen-image-21)
     # A Qwen-Image-2.1 file (make-tiny --model qwen-image-2.1): its RGBA images are byte-identical
