@@ -2,12 +2,14 @@
 // reference, each attention and convolution path, the small pipelines, the machine's figures;
 // one table, one verdict, exit 0 (PASS) or 1 (FAIL). Under mpirun / srun every rank checks its
 // own GPU and rank 0 prints a row per GPU, flagging one more than 10 % slower than the median.
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "app/backends.h"
@@ -36,10 +38,24 @@ namespace ditbatch {
 namespace {
 
 struct SelftestOptions {
-  std::string backend_kind = "auto", json_path, tokenizer_dir, goldens = "auto", temp_dir;
+  std::string backend_kind = "auto", json_path, tokenizer_dir, goldens = "auto", temp_dir, models;
   bool quick = false, verbose = false, measure = true;
   int device = -1, threads = 0;
 };
+
+// --models: each name one make-tiny writes (checked before any work), in the order given.
+std::vector<std::string> selected_models(const std::string& list) {
+  std::vector<std::string> models;
+  if (list.empty()) return models;
+  const std::vector<std::string> known = tiny_pipeline_models();
+  std::stringstream items(list);
+  for (std::string name; std::getline(items, name, ',');) {
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      fail_input("--models: '{}' (expected some of {})", name, fmt::join(known, ", "));
+    models.push_back(name);
+  }
+  return models;
+}
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -117,6 +133,8 @@ int cmd_selftest(const std::vector<std::string>& args) {
       ("goldens", po::value(&o.goldens)->default_value("auto"),
        "diffusers' tiny pipeline and outputs: DIR, auto (the source tree's tests/data/golden) or none")
       ("temp-dir", po::value(&o.temp_dir), "where the tiny models are written and removed (default: $TMPDIR or /tmp)")
+      ("models", po::value(&o.models),
+       "the families whose tiny pipeline is checked, comma-separated, as make-tiny names them (default: all)")
       ("no-measure", "skip the throughput figures (a GPU others are using; the CPU emulation)")
       ("verbose", po::bool_switch(&o.verbose), "a line for every check, not only failures");
   po::variables_map vm;
@@ -132,6 +150,7 @@ int cmd_selftest(const std::vector<std::string>& args) {
   if (o.backend_kind != "auto" && o.backend_kind != "cpu" && o.backend_kind != "cuda")
     fail_input("--backend '{}' (expected auto, cuda or cpu)", o.backend_kind);
   o.measure = !vm.count("no-measure");
+  const std::vector<std::string> models = selected_models(o.models);
   if (o.threads < 0) fail_input("--threads {} must be at least 1 (0: cores / ranks on the node)", o.threads);
   if (o.device < -1) fail_input("--device {} must be a GPU index (0, 1, ...)", o.device);
   // Bad paths are bad input (exit 2), said before the check runs, not a FAIL verdict of the node.
@@ -206,6 +225,7 @@ int cmd_selftest(const std::vector<std::string>& args) {
   p.goldens = goldens;
   if (o.goldens == "none") p.no_goldens_why = "not asked for (--goldens none)";
   p.temp_dir = o.temp_dir;
+  p.models = models;
   for (const DType act : modes) {
     if (o.quick && act != modes.front()) continue;
     selftest::check_pipelines(report, make, act, p, log);

@@ -98,7 +98,7 @@ void check_pipelines(Report& report, const BackendFactory& make, DType act, cons
     std::unique_ptr<Backend> be = make(act);
     const bool on_cpu = be->device() == Device::Host;
     // Each family's tiny model on this backend against the CPU's images.
-    for (const std::string& family : tiny_pipeline_models()) {  // make-tiny's families, its default first
+    for (const std::string& family : o.models.empty() ? tiny_pipeline_models() : o.models) {  // default first
       const std::string label = family == tiny_pipeline_models().front() ? "tiny model" : fmt::format("tiny {} model", family);
       const std::string model = temp / fmt::format("tiny-{}.h5", family);
       try {

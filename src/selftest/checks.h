@@ -27,6 +27,7 @@ struct PipelineCheckOptions {
   std::string goldens;        // diffusers' tiny pipeline and outputs; empty: not checked, because
   std::string no_goldens_why = "not found (they are in the source tree's tests/data/golden; --goldens DIR)";
   std::string temp_dir;       // where the tiny model is written (and removed)
+  std::vector<std::string> models;  // the families whose tiny pipeline is checked (make-tiny's names); empty: all
 };
 // The tiny pipeline on the backend of `act` against the CPU backend. When the backend is the
 // CPU, against itself at one thread: the CPU's images must not depend on the thread count.

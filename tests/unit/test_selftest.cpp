@@ -186,6 +186,23 @@ TEST(Selftest, ATokenizerGivenByNameMustBeOneAndOmpNumThreadsCounts) {
   EXPECT_NE(cpu.find(", 1 threads used"), std::string::npos) << cpu;
 }
 
+// --models: the tiny pipelines of those families alone (the CPU emulation of CUDA checks the
+// text-to-image ones); a name make-tiny does not write is refused before any check runs.
+TEST(Selftest, ModelsChoosesTheTinyPipelinesChecked) {
+  auto r = test::run(fmt::format("{} selftest --quick --backend cpu --no-measure --goldens none --models qwen-image-2.1",
+                                 test::exe()));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(tiny qwen-image-2.1 model) PASS"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(tiny model)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("qwen-image-edit"), std::string::npos) << r.output;
+  r = test::run(fmt::format("{} selftest --quick --backend cpu --no-measure --models qwen-image,sdxl", test::exe()));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--models: 'sdxl' (expected some of qwen-image, qwen-image-2.1, qwen-image-edit"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("ops f32"), std::string::npos) << r.output;
+}
+
 TEST(Selftest, CudaWithoutAGpuSaysSoInOneLine) {
   if (visible_gpu_count() > 0) GTEST_SKIP() << "this machine has a GPU";
   auto r = test::run(test::exe() + " selftest --backend cuda --quick");

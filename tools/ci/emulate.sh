@@ -12,7 +12,9 @@
 #     Qwen-Image-2.1's text encoder, transformer (both cache modes) and VAE, and the Edit vision
 #     tower, in both modes;
 #   - `ditbatch selftest --backend cuda --quick` through the emulated backend: the command's
-#     CUDA half runs here before any GPU sees it;
+#     CUDA half runs here before any GPU sees it (the text-to-image families' tiny pipelines: an
+#     edit's VAE encodes its input at ~1024x1024 and runs 4096 condition tokens a step, ~6 min
+#     an image emulated; its parts are the CudaGolden cases above, a GPU runs the whole);
 #   - `ditbatch generate --backend cuda` (its GPU check before the weights, the memory check,
 #     the conditioning at load, the latents-to-PNG ops) against the same command on the CPU
 #     backend, with make-tiny's Qwen-Image and Qwen-Image-2.1 (RGBA) files: PNG PSNR by
@@ -31,7 +33,7 @@ filter='*CudaOps*:*CudaKernels*:*CudaShapeMistakes*:*CudaDtypes*:*CudaMemory*:*C
 filter+=':*CudaConv.*_im2col:*CudaGolden.WholePipeline/f32:*CudaGolden.*21/f32:*CudaGolden.VisionTower/f32'
 filter+=':*CudaGolden.*/bf16:-*CudaGolden.WholePipeline/bf16'
 python3 tools/device/emulate.py --core-build "$core" --build build-emu \
-  --selftest "--backend cuda --quick --no-measure" -- --gtest_filter="$filter"
+  --selftest "--backend cuda --quick --no-measure --models qwen-image,qwen-image-2.1" -- --gtest_filter="$filter"
 
 work=$(mktemp -d /tmp/ditbatch-emulate-XXXXXX)
 trap 'rm -rf "$work"' EXIT
