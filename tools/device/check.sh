@@ -158,13 +158,28 @@ if want 3 && [[ -x $work/bin/ditbatch ]]; then
   # true CFG, no CFG, another size (a second schedule for the conditioning at load)
   printf '{"prompt": "a red fox in the snow"}\n{"prompt": "a lighthouse at dusk", "cfg": 1}\n{"prompt": "a bowl of ramen", "width": 96}\n' \
     > "$gen_dir/prompts.jsonl"
-  # Each family's tiny file (not in $OUT: ~50 MB each): Qwen-Image, and Qwen-Image-2.1 (RGBA PNGs,
-  # the text K/V cache, sides of 32).
-  for model in qwen-image qwen-image-2.1; do
+  # Each family's tiny file (not in $OUT: ~50 MB each): Qwen-Image, Qwen-Image-2.1 (RGBA PNGs,
+  # the text K/V cache, sides of 32) and Edit-2511 (an input image, condition tokens at t = 0).
+  # Edit-2511 edits a small PNG (written with the standard library), the lines' sizes as above.
+  python3 - "$gen_dir" <<'PY'
+import json, struct, sys, zlib
+from pathlib import Path
+out = Path(sys.argv[1])
+w, h = 40, 30
+rows = b"".join(b"\0" + bytes((x * 5 + y * 3 + c * 60) % 256 for x in range(w) for c in range(3)) for y in range(h))
+chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+(out / "input.png").write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                                chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+lines = [json.loads(l) for l in (out / "prompts.jsonl").read_text().splitlines()]
+(out / "prompts-edit.jsonl").write_text("".join(json.dumps(dict(l, image="input.png")) + "\n" for l in lines))
+PY
+  for model in qwen-image qwen-image-2.1 qwen-image-edit-2511; do
     "$work/bin/ditbatch" make-tiny --model "$model" --out "$work/$model.h5" > "$gen_dir/make-tiny-$model.log" 2>&1
+    prompts=$gen_dir/prompts.jsonl
+    [[ $model == *edit* ]] && prompts=$gen_dir/prompts-edit.jsonl
     rcs=""
     for backend in cuda cpu; do
-      timeout 120 "$work/bin/ditbatch" generate --weights "$work/$model.h5" --prompts "$gen_dir/prompts.jsonl" \
+      timeout 120 "$work/bin/ditbatch" generate --weights "$work/$model.h5" --prompts "$prompts" \
         --out "$gen_dir/$model-$backend" --width 128 --height 96 --steps 8 --backend "$backend" \
         > "$gen_dir/$model-$backend.log" 2>&1
       rcs+=" $backend rc $?"
