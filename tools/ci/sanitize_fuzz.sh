@@ -21,7 +21,8 @@
 #     two HostileInputs cases that measure the CPU or ask for vast sizes on purpose; the kill -9
 #     tests of the sharded and WebDataset layouts (a minute each of a 1000-step image under
 #     ASan, run alone: the kill and resume path is Generate.KilledRunLeavesNoPartialPngAndResumes's,
-#     run here, and staging and packing are the other layout tests'). Plus the other CTest cases
+#     run here, and staging and packing are the other layout tests'); the Edit pipelines' command
+#     test that repeats the sanitized AllCases/PipelineEditGolden cases at a megapixel. Plus the other CTest cases
 #     of the build. Not here: the MPI and Slurm tests (process orchestration around the same
 #     code; Open MPI itself is not sanitizer-clean), which the
 #     main suite runs, and the CUDA backend (its emulated tests are a stage of their own).
@@ -43,7 +44,10 @@ jobs=$(nproc)
 # proves the signal path, which the other signal tests also run, not memory safety.
 # Two tests run ditbatch under `ulimit -v` (a memory limit the run must name): ASan's shadow
 # memory reserves terabytes of address space, so a sanitized process cannot start under one.
-SANITIZE_EXCLUDE=${DITBATCH_SANITIZE_EXCLUDE:-Generate.ASecondSignalAbandonsTheImageBeingFinished:HostileInputs.ConfigsThatDoNotDescribeTheTensorsAreRefused:HostileInputs.ImageSizesTheCpuCannotHoldOrTakeHoursAreSaidBeforeAnyWork:Layout.AKilledShardedRunResumesToTheSameBytes:WebDataset.AKilledRunResumesPerTar}
+# GenerateEdit.MakesDiffusersImagesFromTheConvertedFolders runs the Edit pipelines of
+# AllCases/PipelineEditGolden (sanitized) again through the command, with a megapixel output per
+# family: eight minutes sanitized, for no code the other Edit tests do not run.
+SANITIZE_EXCLUDE=${DITBATCH_SANITIZE_EXCLUDE:-Generate.ASecondSignalAbandonsTheImageBeingFinished:HostileInputs.ConfigsThatDoNotDescribeTheTensorsAreRefused:HostileInputs.ImageSizesTheCpuCannotHoldOrTakeHoursAreSaidBeforeAnyWork:Layout.AKilledShardedRunResumesToTheSameBytes:WebDataset.AKilledRunResumesPerTar:GenerateEdit.MakesDiffusersImagesFromTheConvertedFolders}
 SANITIZE_ALONE='*Signal*:*Killed*:*ASecondRun*'
 
 source tools/ci/timed.sh
