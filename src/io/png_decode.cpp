@@ -162,6 +162,14 @@ RgbImage to_rgb(const PngRaster& r) {
 }
 
 
+// A chunk type as text for a message: its four bytes where printable, else hex.
+std::string printable_chunk_type(std::string_view type) {
+  for (const char c : type)
+    if (!std::isalpha(static_cast<unsigned char>(c))) return fmt::format("0x{:02x}{:02x}{:02x}{:02x}",
+        static_cast<uint8_t>(type[0]), static_cast<uint8_t>(type[1]), static_cast<uint8_t>(type[2]), static_cast<uint8_t>(type[3]));
+  return std::string(type);
+}
+
 // The size IHDR (the first chunk, by the PNG specification) states, checked before libpng reads
 // on: a bomb whose data would follow is refused by its header alone, as Pillow refuses it.
 void check_stated_size(std::string_view bytes, const std::string& name, int64_t max_pixels) {
@@ -174,10 +182,30 @@ void check_stated_size(std::string_view bytes, const std::string& name, int64_t 
   check_input_image_size(u32(16), u32(20), "PNG", name, max_pixels);
 }
 
+// libpng reads a metadata chunk whole into a buffer of its stated length before it finds the
+// file shorter: a 444-byte file stating a 2 GB iTXt chunk had it allocate 2 GB. Such a chunk is
+// refused first. Image data (IDAT) that runs past the end is libpng's to report, as before.
+void check_chunk_lengths(std::string_view bytes, const std::string& name) {
+  size_t at = 8;  // past the signature
+  while (at + 12 <= bytes.size()) {
+    uint64_t length = 0;
+    for (size_t i = 0; i < 4; ++i) length = (length << 8) | static_cast<uint8_t>(bytes[at + i]);
+    const std::string_view type = bytes.substr(at + 4, 4);
+    if (at + 12 + length > bytes.size()) {
+      if (type == "IDAT") return;
+      fail_input("{}: not a readable PNG: its {} chunk at byte {} states {} bytes, more than the file holds after it",
+                 name, printable_chunk_type(type), at, length);
+    }
+    if (type == "IEND") return;
+    at += 12 + length;
+  }
+}
+
 }  // namespace
 
 DecodedImage decode_png_image(std::string_view bytes, const std::string& name, int64_t max_pixels) {
   check_stated_size(bytes, name, max_pixels);
+  check_chunk_lengths(bytes, name);
   PngSource source{bytes};
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, on_error, on_warning);
   if (!png) fail("{}: libpng could not start", name);
