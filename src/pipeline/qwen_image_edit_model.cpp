@@ -67,9 +67,10 @@ void QwenImageEditModel::settle_input_images(ImageJob& job) const {
   DITBATCH_CHECK(!job.images.empty(), "{}: an edit without an input image", job.origin);
   for (const InputImage& image : job.images) {
     DITBATCH_CHECK(image.width > 0 && image.height > 0, "{}: {} was not inspected", job.origin, image.path);
-    condition_size(image, kEditVaeImageArea, job.origin);
-    const ImageSize vl = pipeline_ == EditPipeline::Edit ? condition_size(image, kEditVaeImageArea, job.origin)
-                                                         : condition_size(image, kEditPlusConditionImageArea, job.origin);
+    const ImageSize vae = condition_size(image, kEditVaeImageArea, job.origin);
+    // Edit's prompt side is its VAE side; Edit-Plus's is the smaller CONDITION_IMAGE_SIZE.
+    const ImageSize vl =
+        pipeline_ == EditPipeline::Edit ? vae : condition_size(image, kEditPlusConditionImageArea, job.origin);
     try {
       const int64_t factor = processor_.patch_size * processor_.merge_size;
       smart_resize(vl.height, vl.width, factor, processor_.min_pixels, processor_.max_pixels);

@@ -548,7 +548,7 @@ TEST(Convert, AnEditFolderKeepsTheVisionTowerAndTheProcessorConfig) {
     if (name.starts_with("visual.")) name = "model." + name;
   });
   nlohmann::json transformer = nlohmann::json::parse(test::read_text(dir / "edit/transformer/config.json"));
-  // Carried in the stored config (Edit-2511 sets it true, which the transformer does not run yet).
+  // Carried in the stored config (Edit-2511 sets it true; this folder stands for 2509).
   transformer["zero_cond_t"] = false;
   test::write_text(dir / "edit/transformer/config.json", transformer.dump(2));
   auto r = test::run(test::exe() + " convert --from " + (dir / "edit") + " --to " + (dir / "edit.h5"));
